@@ -1,0 +1,170 @@
+package capability
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Capability is a capability name with an optional scope.
+type Capability struct {
+	Name  string // dotted lowercase name, e.g. "filesystem.read"
+	Scope string // optional; "" means unscoped
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+
+// Parse parses "name" or "name:scope". Absolute path scopes are cleaned;
+// scopes with ".." elements, whitespace or control characters are refused.
+// Errors wrap ErrInvalid.
+func Parse(s string) (Capability, error) {
+	name, scope, hasScope := strings.Cut(s, ":")
+	if !nameRE.MatchString(name) {
+		return Capability{}, fmt.Errorf("%w %q: name must be dotted lowercase words such as filesystem.read", ErrInvalid, s)
+	}
+	if !hasScope {
+		return Capability{Name: name}, nil
+	}
+	if scope == "" {
+		return Capability{}, fmt.Errorf("%w %q: empty scope after ':'", ErrInvalid, s)
+	}
+	if strings.IndexFunc(scope, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return Capability{}, fmt.Errorf("%w %q: scope contains whitespace or control characters", ErrInvalid, s)
+	}
+	if slices.Contains(strings.Split(scope, "/"), "..") {
+		return Capability{}, fmt.Errorf("%w %q: scope must not contain '..'", ErrInvalid, s)
+	}
+	if strings.HasPrefix(scope, "/") {
+		scope = path.Clean(scope)
+	}
+	return Capability{Name: name, Scope: scope}, nil
+}
+
+// ParseList parses each string; the first error is returned.
+func ParseList(ss []string) ([]Capability, error) {
+	out := make([]Capability, 0, len(ss))
+	for _, s := range ss {
+		c, err := Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// MustParse is Parse for literals known to be valid; it panics otherwise.
+func MustParse(s string) Capability {
+	c, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// String returns "name" or "name:scope".
+func (c Capability) String() string {
+	if c.Scope == "" {
+		return c.Name
+	}
+	return c.Name + ":" + c.Scope
+}
+
+// MarshalText encodes c as its String form.
+func (c Capability) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText parses the String form.
+func (c *Capability) UnmarshalText(b []byte) error {
+	p, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*c = p
+	return nil
+}
+
+// Covers reports whether c, held as a grant, meets the requirement req.
+func (c Capability) Covers(req Capability) bool {
+	if c.Name != req.Name {
+		return false
+	}
+	if c.Scope == "" || req.Scope == "" {
+		return true
+	}
+	return ScopeCovers(c.Scope, req.Scope)
+}
+
+// ScopeCovers reports whether scope covers target: equal, or target lies
+// below scope after a "/".
+func ScopeCovers(scope, target string) bool {
+	if scope == target {
+		return true
+	}
+	if strings.HasSuffix(scope, "/") {
+		return strings.HasPrefix(target, scope)
+	}
+	return strings.HasPrefix(target, scope+"/")
+}
+
+// Strings returns the String form of each capability.
+func Strings(cs []Capability) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.String()
+	}
+	return out
+}
+
+// Decision is the record of one authorization.
+type Decision struct {
+	Principal string
+	Tool      string
+	Required  []Capability
+	Granted   []Capability // the grants that met a requirement
+	Missing   []Capability // requirements no grant met
+	At        time.Time
+}
+
+// Allowed reports whether nothing was missing.
+func (d Decision) Allowed() bool { return len(d.Missing) == 0 }
+
+// Authorize decides whether grants meet every requirement. It denies by
+// default: a requirement is met only by a grant that covers it.
+func Authorize(principal, tool string, required, grants []Capability, at time.Time) Decision {
+	d := Decision{Principal: principal, Tool: tool, Required: slices.Clone(required), At: at}
+	for _, req := range required {
+		met := false
+		for _, g := range grants {
+			if g.Covers(req) {
+				met = true
+				if !slices.Contains(d.Granted, g) {
+					d.Granted = append(d.Granted, g)
+				}
+			}
+		}
+		if !met {
+			d.Missing = append(d.Missing, req)
+		}
+	}
+	return d
+}
+
+// Scopes returns the scopes of the grants named name; ok is false when no
+// grant of that name exists, and all is true when one of them is unscoped.
+func Scopes(grants []Capability, name string) (scopes []string, all bool) {
+	for _, g := range grants {
+		if g.Name != name {
+			continue
+		}
+		if g.Scope == "" {
+			all = true
+			continue
+		}
+		scopes = append(scopes, g.Scope)
+	}
+	return scopes, all
+}

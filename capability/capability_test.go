@@ -1,0 +1,99 @@
+package capability_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    capability.Capability
+		wantErr bool
+	}{
+		{in: "filesystem.read", want: capability.Capability{Name: "filesystem.read"}},
+		{in: "filesystem.read:/srv/data/", want: capability.Capability{Name: "filesystem.read", Scope: "/srv/data"}},
+		{in: "filesystem.read:/srv//data/./x", want: capability.Capability{Name: "filesystem.read", Scope: "/srv/data/x"}},
+		{in: "process.exec:git", want: capability.Capability{Name: "process.exec", Scope: "git"}},
+		{in: "network.http:api.example.com", want: capability.Capability{Name: "network.http", Scope: "api.example.com"}},
+		{in: "", wantErr: true},
+		{in: "Filesystem.Read", wantErr: true},
+		{in: "filesystem.", wantErr: true},
+		{in: "filesystem.read:", wantErr: true},
+		{in: "filesystem.read:/srv/../etc", wantErr: true},
+		{in: "filesystem.read:../x", wantErr: true},
+		{in: "process.exec:git status", wantErr: true},
+		{in: "process.exec:a\x00b", wantErr: true},
+		{in: "*", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := capability.Parse(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, capability.ErrInvalid) {
+					t.Fatalf("Parse(%q) = %v, %v; want ErrInvalid", tt.in, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("Parse(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+			if again, _ := capability.Parse(got.String()); again != got {
+				t.Fatalf("String round trip: %q -> %+v", got.String(), again)
+			}
+		})
+	}
+}
+
+func TestCapability_Covers(t *testing.T) {
+	tests := []struct {
+		grant, req string
+		want       bool
+	}{
+		{"filesystem.read:/srv/data", "filesystem.read:/srv/data", true},
+		{"filesystem.read:/srv/data", "filesystem.read:/srv/data/x/y", true},
+		{"filesystem.read:/srv/data", "filesystem.read:/srv/database", false},
+		{"filesystem.read:/srv/data", "filesystem.read:/srv", false},
+		{"filesystem.read:/", "filesystem.read:/etc/passwd", true},
+		{"filesystem.read:/srv/data", "filesystem.write:/srv/data", false},
+		{"filesystem.read", "filesystem.read:/anything", true},
+		{"filesystem.read:/srv/data", "filesystem.read", true},
+		{"process.exec:git", "process.exec:gitk", false},
+		{"network.http:api.example.com", "network.http:evil.api.example.com", false},
+		{"state.read:orders", "state.read:orders/2026", true},
+		{"filesystem", "filesystem.read", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.grant+" covers "+tt.req, func(t *testing.T) {
+			g, r := capability.MustParse(tt.grant), capability.MustParse(tt.req)
+			if got := g.Covers(r); got != tt.want {
+				t.Fatalf("Covers = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAuthorize(t *testing.T) {
+	req := []capability.Capability{capability.MustParse("filesystem.read"), capability.MustParse("process.exec:git")}
+	at := time.Unix(1, 0)
+
+	d := capability.Authorize("alice", "t", req, nil, at)
+	if d.Allowed() || len(d.Missing) != 2 {
+		t.Fatalf("no grants: %+v, want deny with both missing", d)
+	}
+	d = capability.Authorize("alice", "t", req, []capability.Capability{capability.MustParse("filesystem.read:/srv")}, at)
+	if d.Allowed() || len(d.Missing) != 1 || d.Missing[0].String() != "process.exec:git" {
+		t.Fatalf("partial grants: %+v", d)
+	}
+	grants := []capability.Capability{capability.MustParse("filesystem.read:/srv"), capability.MustParse("process.exec:git")}
+	d = capability.Authorize("alice", "t", req, grants, at)
+	if !d.Allowed() || len(d.Granted) != 2 || d.Principal != "alice" || !d.At.Equal(at) {
+		t.Fatalf("full grants: %+v", d)
+	}
+	if d := capability.Authorize("alice", "t", nil, nil, at); !d.Allowed() {
+		t.Fatal("a tool requiring nothing must be allowed")
+	}
+}

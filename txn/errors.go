@@ -1,0 +1,47 @@
+package txn
+
+import "errors"
+
+// Sentinel errors. Errors returned by this package wrap one of these (with
+// detail such as the execution id or file path), so test them with
+// [errors.Is].
+var (
+	// ErrNotFound reports that an execution record does not exist.
+	ErrNotFound = errors.New("txn: not found")
+
+	// ErrExists reports that an execution record with the same id already
+	// exists; records are never overwritten by Put or Begin.
+	ErrExists = errors.New("txn: already exists")
+
+	// ErrClosed reports use of a Store (or of a Tx of a Store) after Close.
+	ErrClosed = errors.New("txn: store is closed")
+
+	// ErrLocked reports that Open timed out waiting for the file lock.
+	ErrLocked = errors.New("txn: database is locked by another process")
+
+	// ErrCorrupt reports a file that is not a bbolt database, or stored data
+	// that cannot be decoded.
+	ErrCorrupt = errors.New("txn: corrupt database")
+
+	// ErrIncompatible reports a database written in a format this build does
+	// not understand, such as a newer format version.
+	ErrIncompatible = errors.New("txn: incompatible database format")
+
+	// ErrReadOnly reports a write to a Store opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("txn: store is read-only")
+
+	// ErrTxDone reports use of a Tx after Commit or Rollback.
+	ErrTxDone = errors.New("txn: transaction already committed or rolled back")
+
+	// ErrInvalidRecord reports a Record that fails validation. Nothing is
+	// written when it is returned.
+	ErrInvalidRecord = errors.New("txn: invalid record")
+
+	// ErrInvalidKey reports an empty or over-long state namespace or key.
+	ErrInvalidKey = errors.New("txn: invalid namespace or key")
+
+	// ErrCommit reports that Tx.Commit could not apply its update. The error
+	// also wraps the cause. Nothing of the update was applied and the Tx is
+	// still active, so the caller can Rollback.
+	ErrCommit = errors.New("txn: commit failed")
+)

@@ -1,0 +1,103 @@
+package txn
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// MaxKeyLen is the maximum length in bytes of an execution id, a state
+// namespace, or a state key.
+const MaxKeyLen = 1024
+
+// Record is the persisted record of one execution attempt. The store does not
+// interpret State or the transition history: the lifecycle is owned by the
+// caller, which sets them before each write.
+type Record struct {
+	ExecutionID  string           `json:"executionId"`
+	CallID       string           `json:"callId"`
+	Attempt      int              `json:"attempt"`
+	ToolID       string           `json:"toolId"`
+	ToolVersion  string           `json:"toolVersion"`
+	Principal    string           `json:"principal,omitempty"`
+	State        string           `json:"state"`
+	Transitions  []Transition     `json:"transitions"`
+	Capabilities []string         `json:"capabilities,omitempty"`
+	InputHash    string           `json:"inputHash,omitempty"`
+	Output       json.RawMessage  `json:"output,omitempty"`
+	OutputHash   string           `json:"outputHash,omitempty"`
+	Error        *ErrorInfo       `json:"error,omitempty"`
+	WriteSet     *WriteSetSummary `json:"writeSet,omitempty"` // set by Tx.Commit and Tx.Rollback
+	StartedAt    time.Time        `json:"startedAt"`
+	EndedAt      time.Time        `json:"endedAt,omitzero"` // zero while the execution is in flight
+}
+
+// Transition is one step of a record's state history.
+type Transition struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Event  string    `json:"event"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// ErrorInfo describes why an execution failed.
+type ErrorInfo struct {
+	Type    string `json:"type"`           // RFC error class, e.g. "TimeoutError"
+	Code    string `json:"code,omitempty"` // low-cardinality reason, e.g. "timeout", "panic"
+	Message string `json:"message"`
+	Stack   string `json:"stack,omitempty"`
+}
+
+// WriteSetSummary describes the write-set of a Tx: the puts and deletes left
+// in its buffer when it ended (a Put followed by a Delete of the same key
+// counts once, as a delete), the namespaces they touched in sorted order, and
+// whether they were committed.
+type WriteSetSummary struct {
+	Puts       int      `json:"puts"`
+	Deletes    int      `json:"deletes"`
+	Namespaces []string `json:"namespaces,omitempty"`
+	Committed  bool     `json:"committed"`
+}
+
+func (r *Record) validate() error {
+	var problem string
+	switch {
+	case r == nil:
+		return fmt.Errorf("%w: nil record", ErrInvalidRecord)
+	case r.ExecutionID == "":
+		problem = "empty ExecutionID"
+	case len(r.ExecutionID) > MaxKeyLen:
+		problem = fmt.Sprintf("ExecutionID longer than %d bytes", MaxKeyLen)
+	case r.ToolID == "":
+		problem = "empty ToolID"
+	case r.State == "":
+		problem = "empty State"
+	case r.Attempt < 0:
+		problem = fmt.Sprintf("negative Attempt %d", r.Attempt)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: execution %q: %s", ErrInvalidRecord, r.ExecutionID, problem)
+}
+
+// encodeRecord validates r and returns its stored form.
+func encodeRecord(r *Record) ([]byte, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: execution %q: %v", ErrInvalidRecord, r.ExecutionID, err)
+	}
+	return data, nil
+}
+
+// decodeRecord decodes a stored record. The result does not alias data.
+func decodeRecord(id string, data []byte) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: execution %q: %v", ErrCorrupt, id, err)
+	}
+	return &r, nil
+}

@@ -1,0 +1,457 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// DefaultTimeout is how long Open waits for the file lock when
+// Options.Timeout is zero.
+const DefaultTimeout = time.Second
+
+// formatVersion is the storage layout version written to the meta bucket.
+const formatVersion uint64 = 1
+
+var (
+	bucketMeta       = []byte("meta")
+	bucketExecutions = []byte("executions")
+	bucketIndex      = []byte("exec_index")
+	bucketState      = []byte("state")
+	keyFormat        = []byte("format")
+)
+
+// Options configure Open. A nil *Options means DefaultOptions().
+type Options struct {
+	// Timeout is how long Open waits for the file lock before failing with
+	// ErrLocked. Zero means DefaultTimeout; negative is invalid.
+	Timeout time.Duration
+
+	// NoSync skips fsync on commit. A crash can then lose or corrupt
+	// committed data: use it only in tests and benchmarks.
+	NoSync bool
+
+	// ReadOnly opens an existing database for inspection. It takes a shared
+	// lock, so it can coexist with other read-only Stores but not with a
+	// writer; write methods return ErrReadOnly.
+	ReadOnly bool
+}
+
+// DefaultOptions returns the options Open uses when given nil.
+func DefaultOptions() *Options {
+	return &Options{Timeout: DefaultTimeout}
+}
+
+// Validate reports whether o is usable by Open. A nil *Options is valid.
+func (o *Options) Validate() error {
+	if o != nil && o.Timeout < 0 {
+		return fmt.Errorf("txn: negative lock timeout %v", o.Timeout)
+	}
+	return nil
+}
+
+// Store is a bbolt-backed store of execution records and tool-visible state.
+// It is safe for concurrent use.
+type Store struct {
+	path     string
+	db       *bolt.DB
+	readOnly bool
+	closed   atomic.Bool
+}
+
+// Open opens the database at path, creating it (and its parent directory)
+// if needed, and checks its format version. A file that is not a database
+// yields an error wrapping ErrCorrupt, a database from a newer format
+// version one wrapping ErrIncompatible, and a lock held by another Store or
+// process one wrapping ErrLocked.
+func Open(path string, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = DefaultOptions()
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, errors.New("txn: empty database path")
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("txn: create database directory: %w", err)
+		}
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:  timeout,
+		NoSync:   opts.NoSync,
+		ReadOnly: opts.ReadOnly,
+		// The map freelist allocates and frees pages in O(1); the default
+		// array freelist scans linearly and degrades badly on large,
+		// fragmented files.
+		FreelistType: bolt.FreelistMapType,
+		// Do not persist the freelist: bbolt rebuilds it by scanning the file
+		// at open, and every commit writes fewer pages.
+		NoFreelistSync: true,
+	})
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	if err := initialize(db, path, opts.ReadOnly); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Store{path: path, db: db, readOnly: opts.ReadOnly}, nil
+}
+
+// openError translates an error from bolt.Open.
+func openError(path string, err error) error {
+	var (
+		pathErr *fs.PathError
+		errno   syscall.Errno
+	)
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return fmt.Errorf("%w: %s", ErrLocked, path)
+	case errors.Is(err, bolterrors.ErrVersionMismatch):
+		return fmt.Errorf("%w: %s: bbolt %v", ErrIncompatible, path, err)
+	case errors.As(err, &pathErr), errors.As(err, &errno):
+		// The operating system refused (permissions, missing file in
+		// read-only mode, mmap): no verdict on the file's content.
+		return fmt.Errorf("txn: open %s: %w", path, err)
+	default:
+		// bbolt rejected the content: ErrInvalid, ErrChecksum, or an
+		// unexported "file size too small" error for short foreign files.
+		return fmt.Errorf("%w: %s: not a bbolt database: %v", ErrCorrupt, path, err)
+	}
+}
+
+// initialize creates the buckets and writes or checks the format version.
+// bbolt panics on some forms of page corruption instead of returning an
+// error; the panic is turned into ErrCorrupt.
+func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", ErrCorrupt, path, r)
+		}
+	}()
+	if readOnly {
+		return db.View(func(tx *bolt.Tx) error {
+			if err := checkFormat(path, tx.Bucket(bucketMeta)); err != nil {
+				return err
+			}
+			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState} {
+				if tx.Bucket(name) == nil {
+					return fmt.Errorf("%w: %s: missing bucket %q", ErrCorrupt, path, name)
+				}
+			}
+			return nil
+		})
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketIndex, bucketState} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("%w: %s: bucket %q: %v", ErrIncompatible, path, name, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta.Get(keyFormat) == nil {
+			if err := meta.Put(keyFormat, binary.BigEndian.AppendUint64(nil, formatVersion)); err != nil {
+				return fmt.Errorf("txn: %s: write format version: %w", path, err)
+			}
+			return nil
+		}
+		return checkFormat(path, meta)
+	})
+}
+
+// checkFormat checks the format version in the meta bucket, which may be nil.
+func checkFormat(path string, meta *bolt.Bucket) error {
+	var v []byte
+	if meta != nil {
+		v = meta.Get(keyFormat)
+	}
+	switch {
+	case v == nil:
+		return fmt.Errorf("%w: %s: no format version", ErrIncompatible, path)
+	case len(v) != 8:
+		return fmt.Errorf("%w: %s: malformed format version %x", ErrCorrupt, path, v)
+	}
+	if got := binary.BigEndian.Uint64(v); got != formatVersion {
+		return fmt.Errorf("%w: %s: format version %d, this build supports %d", ErrIncompatible, path, got, formatVersion)
+	}
+	return nil
+}
+
+// Close closes the store. It is idempotent; afterwards every other method of
+// the Store and of its Txs returns ErrClosed.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("txn: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path returns the path the store was opened with.
+func (s *Store) Path() string { return s.path }
+
+// Put stores a record that never entered a transaction (FAILED, DENIED, or
+// ABORTED/ROLLED_BACK before execution) in one update. It refuses to
+// overwrite an existing record (ErrExists). An invalid record (empty
+// ExecutionID, ToolID or State) yields ErrInvalidRecord and writes nothing.
+func (s *Store) Put(ctx context.Context, rec *Record) error {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		return insertRecord(tx, rec.ExecutionID, data)
+	})
+}
+
+// Get returns the record of an execution, or an error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, executionID string) (*Record, error) {
+	var rec *Record
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		data := tx.Bucket(bucketExecutions).Get([]byte(executionID))
+		if data == nil {
+			return fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
+		}
+		var err error
+		rec, err = decodeRecord(executionID, data)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Filter selects records in List. Empty fields match everything.
+type Filter struct {
+	State  string
+	ToolID string
+	CallID string
+	Limit  int // maximum number of records; zero or negative means no limit
+}
+
+func (f *Filter) match(r *Record) bool {
+	return (f.State == "" || r.State == f.State) &&
+		(f.ToolID == "" || r.ToolID == f.ToolID) &&
+		(f.CallID == "" || r.CallID == f.CallID)
+}
+
+// List returns the records matching f in creation order, oldest first.
+func (s *Store) List(ctx context.Context, f Filter) ([]*Record, error) {
+	var out []*Record
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		execs := tx.Bucket(bucketExecutions)
+		c := tx.Bucket(bucketIndex).Cursor()
+		for seq, id := c.First(); seq != nil; seq, id = c.Next() {
+			if f.Limit > 0 && len(out) == f.Limit {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			data := execs.Get(id)
+			if data == nil {
+				return fmt.Errorf("%w: index entry %x names missing execution %q", ErrCorrupt, seq, id)
+			}
+			rec, err := decodeRecord(string(id), data)
+			if err != nil {
+				return err
+			}
+			if f.match(rec) {
+				out = append(out, rec)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// StateValue reads committed tool-visible state outside any transaction,
+// for inspection and tests. It reports whether the key exists; the returned
+// slice is a copy.
+func (s *Store) StateValue(ctx context.Context, namespace, key string) ([]byte, bool, error) {
+	if err := validateKey(namespace, key); err != nil {
+		return nil, false, err
+	}
+	var (
+		value []byte
+		found bool
+	)
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		value, found = readState(tx, namespace, key)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return value, found, nil
+}
+
+// StateValues returns a copy of all committed tool-visible state in a
+// namespace (empty if the namespace does not exist), for inspection and
+// tests.
+func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][]byte, error) {
+	if err := validateNamespace(namespace); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte)
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketState).Bucket([]byte(namespace))
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			out[string(k)] = bytes.Clone(v)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Begin persists rec, whose State the caller has set to EXECUTING, in one
+// short update and returns an active Tx for the execution. Persisting the
+// record is the claim on its ExecutionID: an existing id yields ErrExists
+// and an invalid record ErrInvalidRecord. No bbolt transaction stays open
+// after Begin returns.
+func (s *Store) Begin(ctx context.Context, rec *Record) (*Tx, error) {
+	if err := s.Put(ctx, rec); err != nil {
+		return nil, err
+	}
+	return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op)}, nil
+}
+
+// update runs fn in one bbolt write transaction, after checking that the
+// store is open and writable and ctx is not done.
+func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	return translate(s.db.Update(fn))
+}
+
+// view runs fn in one bbolt read transaction, after checking that the store
+// is open and ctx is not done.
+func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return translate(s.db.View(fn))
+}
+
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// translate maps bbolt errors that callers can act on to this package's
+// sentinels. Close may race with the closed check in ready; bbolt then
+// reports ErrDatabaseNotOpen.
+func translate(err error) error {
+	switch {
+	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
+		return ErrClosed
+	case errors.Is(err, bolterrors.ErrDatabaseReadOnly):
+		return ErrReadOnly
+	}
+	return err
+}
+
+// insertRecord stores a new record and appends its id to the creation-order
+// index.
+func insertRecord(tx *bolt.Tx, id string, data []byte) error {
+	execs, key := tx.Bucket(bucketExecutions), []byte(id)
+	if execs.Get(key) != nil {
+		return fmt.Errorf("%w: execution %q", ErrExists, id)
+	}
+	index := tx.Bucket(bucketIndex)
+	seq, err := index.NextSequence()
+	if err != nil {
+		return fmt.Errorf("txn: index execution %q: %w", id, err)
+	}
+	if err := index.Put(binary.BigEndian.AppendUint64(nil, seq), key); err != nil {
+		return fmt.Errorf("txn: index execution %q: %w", id, err)
+	}
+	if err := execs.Put(key, data); err != nil {
+		return fmt.Errorf("txn: store execution %q: %w", id, err)
+	}
+	return nil
+}
+
+// replaceRecord overwrites the record of an execution stored by Begin.
+func replaceRecord(tx *bolt.Tx, id string, data []byte) error {
+	execs, key := tx.Bucket(bucketExecutions), []byte(id)
+	if execs.Get(key) == nil {
+		return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+	}
+	if err := execs.Put(key, data); err != nil {
+		return fmt.Errorf("txn: store execution %q: %w", id, err)
+	}
+	return nil
+}
+
+// readState returns a copy of a committed state value.
+func readState(tx *bolt.Tx, namespace, key string) ([]byte, bool) {
+	b := tx.Bucket(bucketState).Bucket([]byte(namespace))
+	if b == nil {
+		return nil, false
+	}
+	v := b.Get([]byte(key))
+	if v == nil {
+		return nil, false
+	}
+	return bytes.Clone(v), true
+}
+
+func validateNamespace(namespace string) error {
+	switch {
+	case namespace == "":
+		return fmt.Errorf("%w: empty namespace", ErrInvalidKey)
+	case len(namespace) > MaxKeyLen:
+		return fmt.Errorf("%w: namespace longer than %d bytes", ErrInvalidKey, MaxKeyLen)
+	}
+	return nil
+}
+
+func validateKey(namespace, key string) error {
+	if err := validateNamespace(namespace); err != nil {
+		return err
+	}
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key longer than %d bytes", ErrInvalidKey, MaxKeyLen)
+	}
+	return nil
+}

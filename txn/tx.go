@@ -1,0 +1,227 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is the state transaction of one execution: a buffered write-set over
+// the store's committed tool-visible state. It holds no bbolt transaction;
+// reads use short read transactions and writes stay in memory until Commit
+// applies them in one update. After Commit or Rollback every method returns
+// ErrTxDone, so a tool that outlives its deadline cannot write anything.
+//
+// A Tx is safe for concurrent use.
+type Tx struct {
+	store *Store
+	id    string
+
+	mu     sync.Mutex
+	done   bool
+	writes map[string]map[string]op // namespace -> key -> pending op; nil once done
+}
+
+// op is a buffered write: a put of value, or a delete.
+type op struct {
+	value   []byte
+	deleted bool
+}
+
+// ID returns the execution id the Tx was begun for.
+func (t *Tx) ID() string { return t.id }
+
+// Active reports whether the Tx has not yet been committed or rolled back.
+func (t *Tx) Active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.done
+}
+
+// Get returns a copy of the value of key in namespace and whether it exists.
+// It sees the Tx's own buffered puts and deletes first, then the state
+// committed at the time of the call; it never sees other transactions'
+// uncommitted writes.
+func (t *Tx) Get(namespace, key string) ([]byte, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return nil, false, ErrTxDone
+	}
+	if o, ok := t.writes[namespace][key]; ok {
+		if o.deleted {
+			return nil, false, nil
+		}
+		return bytes.Clone(o.value), true, nil
+	}
+	return t.store.StateValue(context.Background(), namespace, key)
+}
+
+// Put buffers a write of a copy of value to key in namespace. A nil value is
+// stored as an empty one.
+func (t *Tx) Put(namespace, key string, value []byte) error {
+	return t.buffer(namespace, key, op{value: append([]byte{}, value...)})
+}
+
+// Delete buffers the deletion of key in namespace. Deleting a missing key is
+// not an error.
+func (t *Tx) Delete(namespace, key string) error {
+	return t.buffer(namespace, key, op{deleted: true})
+}
+
+func (t *Tx) buffer(namespace, key string, o op) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return ErrTxDone
+	}
+	if err := validateKey(namespace, key); err != nil {
+		return err
+	}
+	ops := t.writes[namespace]
+	if ops == nil {
+		ops = make(map[string]op)
+		t.writes[namespace] = ops
+	}
+	ops[key] = o
+	return nil
+}
+
+// Commit applies the buffered write-set and stores final, the execution's
+// terminal record, in one update, then ends the Tx. final must have the
+// ExecutionID the Tx was begun with (else ErrInvalidRecord); Commit sets
+// final.WriteSet to the summary it stored.
+//
+// If the update fails (including because ctx is done or the store is
+// closed), nothing of it is applied, the Tx stays active so the caller can
+// Rollback, and the error wraps both ErrCommit and the cause.
+func (t *Tx) Commit(ctx context.Context, final *Record) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return ErrTxDone
+	}
+	summary, data, err := t.seal(final, true)
+	if err != nil {
+		return err
+	}
+	err = t.store.update(ctx, func(tx *bolt.Tx) error {
+		if err := applyWrites(tx, t.writes); err != nil {
+			return err
+		}
+		return replaceRecord(tx, t.id, data)
+	})
+	if err != nil {
+		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
+	}
+	t.end()
+	final.WriteSet = summary
+	return nil
+}
+
+// Rollback discards the buffered write-set, ends the Tx, and stores final,
+// the execution's terminal record (typically ROLLED_BACK), in one update.
+// The Tx ends even if final is invalid (ErrInvalidRecord; it must have the
+// ExecutionID the Tx was begun with) or cannot be stored; the error then
+// says why. On success Rollback sets final.WriteSet to the summary of what
+// was discarded.
+//
+// The record is not stored if ctx is already done: when rolling back because
+// a deadline expired, pass a context that outlives it, such as
+// context.WithoutCancel(ctx).
+func (t *Tx) Rollback(ctx context.Context, final *Record) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return ErrTxDone
+	}
+	summary, data, err := t.seal(final, false)
+	t.end()
+	if err != nil {
+		return err
+	}
+	err = t.store.update(ctx, func(tx *bolt.Tx) error {
+		return replaceRecord(tx, t.id, data)
+	})
+	if err != nil {
+		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
+	}
+	final.WriteSet = summary
+	return nil
+}
+
+// seal validates final and encodes it with the summary of the write-set.
+// final itself is not modified. t.mu must be held.
+func (t *Tx) seal(final *Record, committed bool) (*WriteSetSummary, []byte, error) {
+	if final != nil && final.ExecutionID != t.id {
+		return nil, nil, fmt.Errorf("%w: final record is for execution %q, transaction for %q",
+			ErrInvalidRecord, final.ExecutionID, t.id)
+	}
+	if err := final.validate(); err != nil {
+		return nil, nil, err
+	}
+	rec := *final
+	rec.WriteSet = t.summary(committed)
+	data, err := encodeRecord(&rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rec.WriteSet, data, nil
+}
+
+// summary describes the buffered write-set. t.mu must be held.
+func (t *Tx) summary(committed bool) *WriteSetSummary {
+	s := &WriteSetSummary{Committed: committed}
+	for ns, ops := range t.writes {
+		s.Namespaces = append(s.Namespaces, ns)
+		for _, o := range ops {
+			if o.deleted {
+				s.Deletes++
+			} else {
+				s.Puts++
+			}
+		}
+	}
+	slices.Sort(s.Namespaces)
+	return s
+}
+
+// end makes the Tx inactive and drops its buffer. t.mu must be held.
+func (t *Tx) end() {
+	t.done = true
+	t.writes = nil
+}
+
+// applyWrites applies a buffered write-set to the committed state, creating
+// namespace buckets on first put.
+func applyWrites(tx *bolt.Tx, writes map[string]map[string]op) error {
+	state := tx.Bucket(bucketState)
+	for ns, ops := range writes {
+		b := state.Bucket([]byte(ns))
+		for key, o := range ops {
+			if o.deleted {
+				if b == nil {
+					continue
+				}
+				if err := b.Delete([]byte(key)); err != nil {
+					return fmt.Errorf("txn: delete %q in namespace %q: %w", key, ns, err)
+				}
+				continue
+			}
+			if b == nil {
+				var err error
+				if b, err = state.CreateBucket([]byte(ns)); err != nil {
+					return fmt.Errorf("txn: create namespace %q: %w", ns, err)
+				}
+			}
+			if err := b.Put([]byte(key), o.value); err != nil {
+				return fmt.Errorf("txn: put %q in namespace %q: %w", key, ns, err)
+			}
+		}
+	}
+	return nil
+}
