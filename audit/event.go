@@ -1,0 +1,120 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Event is one audit event (RFC-0001 section 8.1): a lifecycle transition of
+// one attempt of one tool call. Its JSON field names are the RFC's.
+//
+// Seq and PrevHash chain the events of a log: Seq numbers them from the
+// first, and PrevHash is the [Event.Hash] of the event before (empty for the
+// first).
+type Event struct {
+	// Seq is the event's position in its chain.
+	Seq uint64 `json:"seq"`
+	// PrevHash is the hash of the previous event in the chain.
+	PrevHash string `json:"prevHash"`
+
+	// EventID identifies this event uniquely.
+	EventID string `json:"eventId"`
+	// Timestamp is when the transition happened, in Unix milliseconds.
+	Timestamp int64 `json:"timestamp"`
+	// ToolID names the tool.
+	ToolID string `json:"toolId"`
+	// ToolVersion is the declared version of the tool.
+	ToolVersion string `json:"toolVersion"`
+	// ExecutionID identifies the execution (one attempt's lifecycle).
+	ExecutionID string `json:"executionId"`
+	// CallID identifies the invocation that all its attempts share.
+	CallID string `json:"callId"`
+	// Attempt numbers the attempt within the call, from 1.
+	Attempt int `json:"attempt"`
+	// State is the lifecycle state entered, e.g. "EXECUTING".
+	State string `json:"state"`
+	// UserID names the user on whose behalf the tool ran, if any.
+	UserID string `json:"userId,omitempty"`
+	// Capabilities lists the capabilities granted. A nil slice is written
+	// as [] (never null), so nil and empty hash alike.
+	Capabilities []string `json:"capabilities"`
+	// Duration is the execution time in milliseconds, when measured.
+	Duration *int64 `json:"duration,omitempty"`
+	// Error describes the failure, for a failed, denied or aborted attempt.
+	Error *ErrorDetails `json:"error,omitempty"`
+	// InputHash is the hex SHA-256 of the canonical input ([Hash]).
+	InputHash string `json:"inputHash"`
+	// OutputHash is the hex SHA-256 of the canonical output, when there is one.
+	OutputHash string `json:"outputHash,omitempty"`
+}
+
+// ErrorDetails describes why an attempt did not complete.
+type ErrorDetails struct {
+	// Type is the failure class of RFC-0001 section 7.1, e.g.
+	// "ValidationError" or "TimeoutError".
+	Type string `json:"type"`
+	// Code is a machine-readable reason within Type.
+	Code string `json:"code"`
+	// Message is a human-readable description.
+	Message string `json:"message"`
+}
+
+// eventJSON has Event's fields and tags but not its methods.
+type eventJSON Event
+
+// MarshalJSON encodes e with the RFC field names, writing a nil
+// Capabilities as [].
+func (e Event) MarshalJSON() ([]byte, error) {
+	if e.Capabilities == nil {
+		e.Capabilities = []string{}
+	}
+	return json.Marshal(eventJSON(e))
+}
+
+// maxExactInt is 2^53: JSON numbers are read as doubles, which hold every
+// integer up to it exactly.
+const maxExactInt = 1 << 53
+
+// Hash returns [Hash] of the event's JSON encoding, covering every field
+// including Seq and PrevHash. It refuses, with an error wrapping
+// [ErrNotCanonicalizable], an event the canonical form cannot hold
+// faithfully: a string field that is not valid UTF-8 (encoding/json would
+// replace the bad bytes, so distinct events could hash alike), or an integer
+// beyond ±2^53 (it would be rounded to a double).
+func (e *Event) Hash() (string, error) {
+	if err := e.check(); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return "", fmt.Errorf("audit: encoding event: %w", err)
+	}
+	return Hash(b)
+}
+
+func (e *Event) check() error {
+	strs := []string{e.PrevHash, e.EventID, e.ToolID, e.ToolVersion, e.ExecutionID,
+		e.CallID, e.State, e.UserID, e.InputHash, e.OutputHash}
+	strs = append(strs, e.Capabilities...)
+	if e.Error != nil {
+		strs = append(strs, e.Error.Type, e.Error.Code, e.Error.Message)
+	}
+	for _, s := range strs {
+		if !utf8.ValidString(s) {
+			return notCanon("event field value %q is not valid UTF-8", s)
+		}
+	}
+	inexact := func(v int64) bool { return v > maxExactInt || v < -maxExactInt }
+	switch {
+	case e.Seq > maxExactInt:
+		return notCanon("event seq %d is beyond 2^53", e.Seq)
+	case inexact(e.Timestamp):
+		return notCanon("event timestamp %d is beyond ±2^53", e.Timestamp)
+	case inexact(int64(e.Attempt)):
+		return notCanon("event attempt %d is beyond ±2^53", e.Attempt)
+	case e.Duration != nil && inexact(*e.Duration):
+		return notCanon("event duration %d is beyond ±2^53", *e.Duration)
+	}
+	return nil
+}
