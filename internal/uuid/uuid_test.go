@@ -26,7 +26,7 @@ func TestValid(t *testing.T) {
 		"b2831d73-2708-4f50-944b-7b54f11bfbb":   false,
 		"b2831d73-2708-4f50-944b-7b54f11bfbb4x": false,
 		"g2831d73-2708-4f50-944b-7b54f11bfbb4":  false,
-		"": false,
+		"":                                      false,
 	} {
 		if got := Valid(s); got != want {
 			t.Errorf("Valid(%q) = %v, want %v", s, got, want)

@@ -1,0 +1,149 @@
+package tools
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// Registry holds tools keyed by id and version. Tools are registered while
+// the program starts; then the registry is frozen and becomes read-only,
+// and only then can tools be looked up. A Registry is a value: there is no
+// package-level registry.
+type Registry struct {
+	mu     sync.Mutex
+	frozen atomic.Bool
+	tools  map[string][]*Entry // by id, versions ascending
+}
+
+// NewRegistry returns an empty, unfrozen registry.
+func NewRegistry() *Registry { return &Registry{tools: make(map[string][]*Entry)} }
+
+// Entry is a registered tool with its compiled schemas.
+type Entry struct {
+	decl   Declaration
+	tool   Tool
+	input  *jsonschema.Schema
+	output *jsonschema.Schema
+}
+
+// Declaration returns a copy of the declaration taken at registration.
+func (e *Entry) Declaration() Declaration { return e.decl.clone() }
+
+// Tool returns the registered tool.
+func (e *Entry) Tool() Tool { return e.tool }
+
+// ValidateInput checks raw against the input schema. It returns a
+// *ValueError when raw is not one JSON value or does not match.
+func (e *Entry) ValidateInput(raw []byte) error {
+	_, err := validateValue(e.input, "input", raw)
+	return err
+}
+
+// ValidateOutput checks raw against the output schema, as ValidateInput.
+func (e *Entry) ValidateOutput(raw []byte) error {
+	_, err := validateValue(e.output, "output", raw)
+	return err
+}
+
+// Register validates t's declaration, lints and compiles both schemas, and
+// adds t. It returns a *DeclarationError or *SchemaError (both wrapping
+// ErrInvalidDeclaration), ErrDuplicate, or ErrFrozen; on error nothing is
+// added.
+func (r *Registry) Register(t Tool) error {
+	if t == nil {
+		return &DeclarationError{Tool: "<nil>", Field: "tool", Reason: "nil Tool"}
+	}
+	decl := t.Declaration().clone()
+	if err := decl.Validate(); err != nil {
+		return err
+	}
+	in, err := compileSchema(decl.Key(), "inputSchema", decl.InputSchema)
+	if err != nil {
+		return err
+	}
+	out, err := compileSchema(decl.Key(), "outputSchema", decl.OutputSchema)
+	if err != nil {
+		return err
+	}
+	if tc, ok := t.(typeChecker); ok {
+		if err := tc.checkTypes(); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.frozen.Load() {
+		return fmt.Errorf("%w: cannot register %s", ErrFrozen, decl.Key())
+	}
+	versions := r.tools[decl.ID]
+	for _, e := range versions {
+		if e.decl.Version == decl.Version {
+			return fmt.Errorf("%w: %s", ErrDuplicate, decl.Key())
+		}
+	}
+	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out})
+	slices.SortFunc(versions, func(a, b *Entry) int { return compareVersions(a.decl.Version, b.decl.Version) })
+	r.tools[decl.ID] = versions
+	return nil
+}
+
+// Freeze makes the registry read-only. It is idempotent.
+func (r *Registry) Freeze() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.frozen.Store(true)
+}
+
+// Frozen reports whether Freeze has been called.
+func (r *Registry) Frozen() bool { return r.frozen.Load() }
+
+// Lookup returns the tool id at version, or at its highest version when
+// version is "". It returns ErrNotFrozen, or an error wrapping
+// ErrToolNotFound or ErrVersionNotFound.
+func (r *Registry) Lookup(id, version string) (*Entry, error) {
+	if !r.frozen.Load() {
+		return nil, ErrNotFrozen
+	}
+	versions := r.tools[id]
+	if len(versions) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrToolNotFound, id)
+	}
+	if version == "" {
+		return versions[len(versions)-1], nil
+	}
+	for _, e := range versions {
+		if e.decl.Version == version {
+			return e, nil
+		}
+	}
+	have := make([]string, len(versions))
+	for i, e := range versions {
+		have[i] = e.decl.Version
+	}
+	return nil, fmt.Errorf("%w: %s@%s (registered: %s)", ErrVersionNotFound, id, version, strings.Join(have, ", "))
+}
+
+// Entries returns every registered tool, by id then version.
+func (r *Registry) Entries() []*Entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.tools))
+	for id := range r.tools {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []*Entry
+	for _, id := range ids {
+		out = append(out, r.tools[id]...)
+	}
+	return out
+}
+
+// MarshalJSON encodes the declaration (for listings and `toolgate describe`).
+func (e *Entry) MarshalJSON() ([]byte, error) { return json.Marshal(e.decl) }

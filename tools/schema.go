@@ -1,0 +1,255 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// Draft202012 is the $schema every tool schema must declare (RFC-0001 6.1.2,
+// 6.2.2, 6.3.2).
+const Draft202012 = "https://json-schema.org/draft/2020-12/schema"
+
+// errNoLoad is what the compiler's loader returns for every URL: a schema is
+// one self-contained document, never fetched from disk or network.
+var errNoLoad = errors.New("loading external schemas is disabled; put definitions under $defs")
+
+// compileSchema lints doc against RFC-0001 6.3 and compiles it under draft
+// 2020-12. The compiler has its own loader that refuses every URL, so
+// nothing is read from the filesystem or network.
+func compileSchema(tool, which string, doc json.RawMessage) (*jsonschema.Schema, error) {
+	v, err := decodeJSON(doc)
+	if err != nil {
+		return nil, &SchemaError{Tool: tool, Schema: which, Reason: "not valid JSON: " + err.Error()}
+	}
+	if ptr, reason := lintSchema(v, which == "inputSchema"); reason != "" {
+		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: ptr, Reason: reason}
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	base := "toolgate:///" + tool + "/"
+	c.LoadURL = func(s string) (io.ReadCloser, error) {
+		// Name a relative reference as written, not by the internal base URL.
+		ref := strings.TrimPrefix(strings.TrimPrefix(s, base), "toolgate://")
+		return nil, fmt.Errorf("%w (%s)", errNoLoad, ref)
+	}
+	url := base + which + ".json"
+	if err := c.AddResource(url, bytes.NewReader(doc)); err != nil {
+		return nil, &SchemaError{Tool: tool, Schema: which, Reason: err.Error()}
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: schemaErrPointer(err), Reason: compileReason(err)}
+	}
+	return s, nil
+}
+
+// compileReason flattens a compile error into one line without the
+// compiler's internal URLs.
+func compileReason(err error) string {
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &ve) {
+		// Only the leaf causes say what is wrong; the others are
+		// "allOf failed" and the like.
+		var msgs []string
+		for _, p := range problems(ve) {
+			if p.Message != "" {
+				msgs = append(msgs, locationOr(p.Location)+p.Message)
+			}
+		}
+		if len(msgs) > 0 {
+			return "not a valid JSON Schema: " + strings.Join(msgs, "; ")
+		}
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "toolgate:///"); i >= 0 {
+		// "... jsonschema toolgate:///x/inputSchema.json#/... compilation failed: reason"
+		if j := strings.Index(msg[i:], ": "); j >= 0 {
+			msg = msg[i+j+2:]
+		}
+	}
+	return msg
+}
+
+func locationOr(loc string) string {
+	if loc == "" {
+		return ""
+	}
+	return loc + ": "
+}
+
+// schemaErrPointer returns the instance location of the first leaf cause of
+// a meta-schema violation, which is a pointer into the schema document at
+// the offending keyword (not at an enclosing schema whose allOf failed).
+func schemaErrPointer(err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return ""
+	}
+	for _, p := range problems(ve) {
+		if p.Location != "" {
+			return p.Location
+		}
+	}
+	return ""
+}
+
+// decodeJSON decodes exactly one JSON value, keeping numbers exact. Input
+// that is not valid UTF-8 is refused rather than silently repaired.
+func decodeJSON(b []byte) (any, error) {
+	if !utf8.Valid(b) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, errors.New("unexpected data after the JSON value")
+	}
+	return v, nil
+}
+
+// lintSchema checks the RFC-0001 6.3 rules and returns the JSON pointer of
+// the first offence and why, or "" reason when the schema conforms:
+// $schema is draft 2020-12, the root has a type (object for inputs), every
+// object schema with properties lists its required ones, and every property
+// has a type and a description. Subschemas are checked recursively.
+func lintSchema(v any, input bool) (ptr, reason string) {
+	root, ok := v.(map[string]any)
+	if !ok {
+		return "", "a schema must be a JSON object"
+	}
+	switch s, ok := root["$schema"]; {
+	case !ok:
+		return "/$schema", "missing; declare \"$schema\": \"" + Draft202012 + "\""
+	case strings.TrimSuffix(fmt.Sprint(s), "#") != Draft202012:
+		return "/$schema", fmt.Sprintf("%v is not JSON Schema draft 2020-12 (%s)", s, Draft202012)
+	}
+	if _, ok := root["type"]; !ok {
+		return "/type", "missing; the schema must define its type"
+	}
+	if input && root["type"] != "object" {
+		return "/type", "an input schema must be of type \"object\""
+	}
+	return lintNode(root, "")
+}
+
+// Keywords whose value is a subschema, an array of them, or a map of them.
+var (
+	subschemaKeys      = []string{"items", "contains", "not", "if", "then", "else", "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "propertyNames", "contentSchema"}
+	subschemaListKeys  = []string{"prefixItems", "allOf", "anyOf", "oneOf"}
+	subschemaMapKeys   = []string{"$defs", "definitions", "patternProperties", "dependentSchemas"}
+	pointerTokenEscape = strings.NewReplacer("~", "~0", "/", "~1")
+)
+
+func lintNode(node map[string]any, ptr string) (string, string) {
+	if props, ok := node["properties"]; ok {
+		pm, ok := props.(map[string]any)
+		if !ok {
+			return ptr + "/properties", "must be an object"
+		}
+		if _, ok := node["required"]; !ok {
+			return ptr + "/required", "missing; list the required properties (an empty list if none)"
+		}
+		names := make([]string, 0, len(pm))
+		for name := range pm {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			p := ptr + "/properties/" + pointerTokenEscape.Replace(name)
+			sub, ok := pm[name].(map[string]any)
+			if !ok {
+				return p, "a property schema must be an object"
+			}
+			if _, ok := sub["type"]; !ok {
+				return p + "/type", "missing; every property must define its type"
+			}
+			if d, ok := sub["description"].(string); !ok || strings.TrimSpace(d) == "" {
+				return p + "/description", "missing; every property must have a description"
+			}
+			if p, r := lintNode(sub, p); r != "" {
+				return p, r
+			}
+		}
+	}
+	for _, k := range subschemaKeys {
+		if sub, ok := node[k].(map[string]any); ok {
+			if p, r := lintNode(sub, ptr+"/"+k); r != "" {
+				return p, r
+			}
+		}
+	}
+	for _, k := range subschemaListKeys {
+		list, _ := node[k].([]any)
+		for i, item := range list {
+			if sub, ok := item.(map[string]any); ok {
+				if p, r := lintNode(sub, fmt.Sprintf("%s/%s/%d", ptr, k, i)); r != "" {
+					return p, r
+				}
+			}
+		}
+	}
+	for _, k := range subschemaMapKeys {
+		m, _ := node[k].(map[string]any)
+		keys := make([]string, 0, len(m))
+		for name := range m {
+			keys = append(keys, name)
+		}
+		slices.Sort(keys)
+		for _, name := range keys {
+			if sub, ok := m[name].(map[string]any); ok {
+				if p, r := lintNode(sub, ptr+"/"+k+"/"+pointerTokenEscape.Replace(name)); r != "" {
+					return p, r
+				}
+			}
+		}
+	}
+	return "", ""
+}
+
+// validateValue decodes raw and validates it against s. It returns the
+// decoded value or a *ValueError.
+func validateValue(s *jsonschema.Schema, which string, raw []byte) (any, error) {
+	v, err := decodeJSON(raw)
+	if err != nil {
+		return nil, &ValueError{Which: which, Malformed: true, Problems: []Problem{{Message: err.Error()}}}
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, &ValueError{Which: which, Problems: []Problem{{Message: err.Error()}}}
+		}
+		return nil, &ValueError{Which: which, Problems: problems(ve)}
+	}
+	return v, nil
+}
+
+// problems flattens a validation error into its leaf causes, the ones that
+// say what is actually wrong.
+func problems(ve *jsonschema.ValidationError) []Problem {
+	var out []Problem
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			out = append(out, Problem{Location: e.InstanceLocation, Message: e.Message})
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return out
+}
