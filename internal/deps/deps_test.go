@@ -1,0 +1,168 @@
+package deps
+
+import (
+	"go/build"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/toolgate/toolgate"
+
+// policy is the statement of which package may import what, besides the
+// standard library, as Go's own go/build/deps_test.go does. An entry names
+// the module's packages (by path below the module) and third-party import
+// path prefixes. A package not listed here fails the test: adding one is a
+// decision to write down.
+//
+// The shape (DESIGN.md): leaf packages never import each other except
+// tools -> capability; only runtime touches the OpenTelemetry API; nothing
+// imports runtime except the CLI; only the CLI may use the OTel SDK.
+var policy = map[string][]string{
+	"lifecycle":     {"github.com/looplab/fsm"},
+	"capability":    {},
+	"tools":         {"capability", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver"},
+	"txn":           {"go.etcd.io/bbolt"},
+	"audit":         {},
+	"runtime":       {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "go.opentelemetry.io/otel"},
+	"internal/uuid": {},
+	"internal/deps": {},
+	"internal/cli":  {"runtime", "lifecycle", "capability", "tools", "txn", "audit", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"cmd/toolgate":  {"internal/cli"},
+}
+
+// forbidden are import prefixes no package of the module may use outside
+// the CLI, whatever the policy above says.
+var forbidden = map[string][]string{
+	"go.opentelemetry.io/otel/sdk": {"internal/cli", "cmd/toolgate"},
+}
+
+func TestDependencyPolicy(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := map[string][]string{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "docs") {
+			return filepath.SkipDir
+		}
+		p, err := build.ImportDir(path, 0)
+		if err != nil {
+			if _, ok := err.(*build.NoGoError); ok {
+				return nil
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		pkgs[filepath.ToSlash(rel)] = p.Imports // non-test imports only: tests may use anything
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pkgs["."]; ok {
+		t.Error("the module root must not hold a Go package")
+	}
+	for _, want := range []string{"lifecycle", "capability", "tools", "txn", "audit", "runtime", "cmd/toolgate"} {
+		if _, ok := pkgs[want]; !ok {
+			t.Errorf("package %s not found: is the walk broken?", want)
+		}
+	}
+	for pkg, imports := range pkgs {
+		allowed, ok := policy[pkg]
+		if !ok {
+			t.Errorf("package %s is not in the dependency policy; add it to deps_test.go", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if err := check(pkg, imp, allowed); err != "" {
+				t.Errorf("%s imports %s: %s", pkg, imp, err)
+			}
+		}
+	}
+}
+
+// check returns why pkg may not import imp, or "".
+func check(pkg, imp string, allowed []string) string {
+	for prefix, who := range forbidden {
+		if under(imp, prefix) && !slices.Contains(who, pkg) {
+			return "only " + strings.Join(who, ", ") + " may import " + prefix
+		}
+	}
+	if stdlib(imp) {
+		return ""
+	}
+	if rel, ok := strings.CutPrefix(imp, module+"/"); ok {
+		if slices.Contains(allowed, rel) {
+			return ""
+		}
+		return "not allowed by the policy (DESIGN.md: imports point one way)"
+	}
+	for _, a := range allowed {
+		if strings.Contains(a, ".") && under(imp, a) {
+			return ""
+		}
+	}
+	return "third-party import not allowed for this package"
+}
+
+func under(imp, prefix string) bool { return imp == prefix || strings.HasPrefix(imp, prefix+"/") }
+
+// stdlib reports whether imp is a standard library package: its first
+// element has no dot.
+func stdlib(imp string) bool {
+	first, _, _ := strings.Cut(imp, "/")
+	return !strings.Contains(first, ".")
+}
+
+// The policy itself must keep the DESIGN.md shape.
+func TestDependencyPolicy_Shape(t *testing.T) {
+	leaves := []string{"lifecycle", "capability", "tools", "txn", "audit"}
+	for _, leaf := range leaves {
+		for _, dep := range policy[leaf] {
+			if slices.Contains(leaves, dep) && !(leaf == "tools" && dep == "capability") {
+				t.Errorf("leaf %s may not import leaf %s", leaf, dep)
+			}
+		}
+	}
+	for pkg, deps := range policy {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && !strings.HasPrefix(pkg, "cmd/") {
+			t.Errorf("%s may not import runtime", pkg)
+		}
+	}
+}
+
+// The check must catch a violation: a leaf importing runtime, an OTel SDK
+// import outside the CLI, an unlisted third-party module.
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct{ pkg, imp string }{
+		{"txn", module + "/runtime"},
+		{"txn", module + "/lifecycle"},
+		{"runtime", "go.opentelemetry.io/otel/sdk/trace"},
+		{"tools", "github.com/google/uuid"},
+		{"capability", "go.etcd.io/bbolt"},
+	} {
+		if check(tc.pkg, tc.imp, policy[tc.pkg]) == "" {
+			t.Errorf("check(%s, %s) allowed a violation", tc.pkg, tc.imp)
+		}
+	}
+	for _, tc := range []struct{ pkg, imp string }{
+		{"txn", "go.etcd.io/bbolt/errors"},
+		{"runtime", "go.opentelemetry.io/otel/trace"},
+		{"tools", module + "/capability"},
+		{"runtime", "encoding/json"},
+	} {
+		if why := check(tc.pkg, tc.imp, policy[tc.pkg]); why != "" {
+			t.Errorf("check(%s, %s) refused: %s", tc.pkg, tc.imp, why)
+		}
+	}
+}

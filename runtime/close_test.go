@@ -1,0 +1,134 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+func TestRuntime_CloseRefusesNewWork(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Execute(context.Background(), invoke("test.echo", `{"msg":"x"}`)); !errors.Is(err, tgruntime.ErrClosed) {
+		t.Fatalf("Execute after Close = %v, want ErrClosed", err)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+}
+
+// Close waits for running invocations; when its context ends first, they
+// are aborted and recorded before the database closes.
+func TestRuntime_CloseAbortsInFlight(t *testing.T) {
+	started := make(chan struct{}, 1)
+	rt, path := openRuntime(t, nil, tool(decl("test.hang"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		env.State.Put("test", "last", []byte("dirty"))
+		started <- struct{}{}
+		<-ctx.Done()
+		return msg{}, ctx.Err()
+	}))
+	type ret struct {
+		res *tgruntime.Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		res, err := rt.Execute(context.Background(), invoke("test.hang", `{"msg":"x"}`))
+		done <- ret{res, err}
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := rt.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	r := <-done
+	if !errors.Is(r.err, tgruntime.ErrClosed) || r.res.State != lifecycle.RolledBack {
+		t.Fatalf("in-flight invocation: %v, %v", r.res.State, r.err)
+	}
+	store, err := txn.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	recs, err := store.List(context.Background(), txn.Filter{})
+	if err != nil || len(recs) != 1 || recs[0].State != "ROLLED_BACK" {
+		t.Fatalf("records after close: %+v, %v", recs, err)
+	}
+	if _, ok, _ := store.StateValue(context.Background(), "test", "last"); ok {
+		t.Fatal("aborted invocation's write survived")
+	}
+}
+
+// A commit that fails (here: the store closed under a running tool) ends
+// the attempt ROLLED_BACK with a StateError, never COMPLETED.
+func TestExecute_CommitFailure(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	rt, _ := openRuntime(t, nil, tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		close(started)
+		<-release
+		return in, nil
+	}))
+	type ret struct {
+		res *tgruntime.Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		res, err := rt.Execute(context.Background(), invoke("test.slow", `{"msg":"x"}`))
+		done <- ret{res, err}
+	}()
+	<-started
+	if err := rt.Store().Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	r := <-done
+	var se *tgruntime.StateError
+	if !errors.As(r.err, &se) || se.Op != "commit" || !errors.Is(r.err, tgruntime.ErrState) {
+		t.Fatalf("err = %v, want commit StateError", r.err)
+	}
+	if r.res.State != lifecycle.RolledBack || r.res.Output != nil {
+		t.Fatalf("state %s output %s", r.res.State, r.res.Output)
+	}
+}
+
+func TestOpen_Errors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := tgruntime.Open(filepath.Join(dir, "x.db"), &tgruntime.Options{MaxConcurrent: -1}); err == nil {
+		t.Fatal("Open accepted negative MaxConcurrent")
+	}
+	path := filepath.Join(dir, "locked.db")
+	rt, err := tgruntime.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if _, err := tgruntime.Open(path, &tgruntime.Options{OpenTimeout: 10 * time.Millisecond}); !errors.Is(err, txn.ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+}
+
+// Open with no registry serves the built-in tools.
+func TestOpen_DefaultRegistry(t *testing.T) {
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "d.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if !rt.Registry().Frozen() {
+		t.Fatal("registry not frozen")
+	}
+	if _, err := rt.Registry().Lookup("file.read", ""); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,181 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+)
+
+// The error classes of RFC-0001 7.1. Every error Execute returns for an
+// attempt that ended short of COMPLETED matches exactly one of them with
+// errors.Is, and can be unpacked with errors.As into the matching type.
+var (
+	ErrValidation    = errors.New("runtime: validation error")
+	ErrAuthorization = errors.New("runtime: authorization error")
+	ErrResource      = errors.New("runtime: resource error")
+	ErrExecution     = errors.New("runtime: execution error")
+	ErrTimeout       = errors.New("runtime: timeout error")
+	ErrState         = errors.New("runtime: state error")
+)
+
+// ErrClosed is returned by Execute after Close has begun.
+var ErrClosed = errors.New("runtime: closed")
+
+// ValidationError: the input (rule 1) or the output (rule 9) does not match
+// its schema. Never retried.
+type ValidationError struct {
+	Phase string // "input" or "output"
+	Err   error  // a *tools.ValueError, or why the input was refused before decoding
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("runtime: invalid %s: %v", e.Phase, strings.TrimPrefix(e.Err.Error(), "tools: "))
+}
+func (e *ValidationError) Unwrap() error        { return e.Err }
+func (e *ValidationError) Is(target error) bool { return target == ErrValidation }
+func (e *ValidationError) code() string {
+	return "invalid_" + e.Phase
+}
+
+// AuthorizationError: the principal lacks a capability the tool requires
+// (rule 2), or a handle refused something outside the grants during
+// execution (rule 7). Never retried.
+type AuthorizationError struct {
+	Principal string
+	Tool      string
+	Missing   []capability.Capability // rule 2: what no grant covered
+	Err       error                   // rule 7: the handle's *tools.AccessError
+}
+
+func (e *AuthorizationError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("runtime: %s: %v", e.Tool, strings.TrimPrefix(e.Err.Error(), "tools: "))
+	}
+	return fmt.Sprintf("runtime: capability denied: %s requires %s, not granted to %q",
+		e.Tool, strings.Join(capability.Strings(e.Missing), ", "), e.Principal)
+}
+func (e *AuthorizationError) Unwrap() error        { return e.Err }
+func (e *AuthorizationError) Is(target error) bool { return target == ErrAuthorization }
+func (e *AuthorizationError) code() string {
+	if e.Err != nil {
+		return "capability_boundary"
+	}
+	return "capability_denied"
+}
+
+// ResourceError: a resource was unavailable before execution (rule 3) or a
+// declared limit was reached during it. Transient errors (no free slot) may
+// be retried for idempotent tools; a limit the attempt ran into is not,
+// since the same input would hit it again.
+type ResourceError struct {
+	Resource  string // "concurrency", or the limit: "file_size_limit", "output_limit", ...
+	Transient bool
+	Err       error
+}
+
+func (e *ResourceError) Error() string {
+	if e.Err == nil {
+		return "runtime: insufficient resources: " + e.Resource
+	}
+	return fmt.Sprintf("runtime: %s: %v", e.Resource, strings.TrimPrefix(e.Err.Error(), "tools: "))
+}
+func (e *ResourceError) Unwrap() error        { return e.Err }
+func (e *ResourceError) Is(target error) bool { return target == ErrResource }
+func (e *ResourceError) code() string {
+	if e.Resource == "concurrency" {
+		return "resource_unavailable"
+	}
+	return e.Resource
+}
+
+// ExecutionError: the tool returned an error, panicked, or its invocation
+// was canceled by the caller. A panic carries the recovered value and the
+// goroutine's stack.
+type ExecutionError struct {
+	Tool     string
+	Err      error  // the tool's error, or context.Canceled
+	Panic    any    // the recovered value, when the tool panicked
+	Stack    []byte // the stack at the panic
+	Canceled bool   // the caller's context was canceled
+}
+
+func (e *ExecutionError) Error() string {
+	switch {
+	case e.Panic != nil:
+		return fmt.Sprintf("runtime: %s panicked: %v", e.Tool, e.Panic)
+	case e.Canceled:
+		return fmt.Sprintf("runtime: %s canceled: %v", e.Tool, e.Err)
+	}
+	return fmt.Sprintf("runtime: %s failed: %v", e.Tool, e.Err)
+}
+func (e *ExecutionError) Unwrap() error        { return e.Err }
+func (e *ExecutionError) Is(target error) bool { return target == ErrExecution }
+func (e *ExecutionError) code() string {
+	switch {
+	case e.Panic != nil:
+		return "panic"
+	case e.Canceled:
+		return "canceled"
+	}
+	return "tool_error"
+}
+
+// TimeoutError: the attempt ran past its max execution time (rule 5).
+type TimeoutError struct {
+	Tool  string
+	Limit time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("runtime: %s timed out after %v", e.Tool, e.Limit)
+}
+func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+func (e *TimeoutError) code() string         { return "timeout" }
+
+// StateError: the state transaction could not begin, commit or be recorded
+// (rules 4, 8, 10). Never retried.
+type StateError struct {
+	Op  string // "begin", "commit", "rollback", "record"
+	Err error
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("runtime: state transaction %s failed: %v", e.Op, e.Err)
+}
+func (e *StateError) Unwrap() error        { return e.Err }
+func (e *StateError) Is(target error) bool { return target == ErrState }
+func (e *StateError) code() string         { return "state_error" }
+
+// ErrorInfo is the structured error of a result (RFC-0001 4.4.5).
+type ErrorInfo struct {
+	Type    string `json:"type"`    // the RFC class: "ValidationError", "TimeoutError", ...
+	Code    string `json:"code"`    // a low-cardinality reason: "invalid_input", "timeout", "panic", ...
+	Message string `json:"message"` // for people
+	Stack   string `json:"stack,omitempty"`
+}
+
+type classified interface {
+	error
+	code() string
+}
+
+// errorInfo describes err for a result and a record.
+func errorInfo(err error) *ErrorInfo {
+	if err == nil {
+		return nil
+	}
+	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: err.Error()}
+	var c classified
+	if errors.As(err, &c) {
+		info.Code = c.code()
+		info.Type = strings.TrimPrefix(fmt.Sprintf("%T", c), "*runtime.")
+	}
+	var ee *ExecutionError
+	if errors.As(err, &ee) && ee.Stack != nil {
+		info.Stack = string(ee.Stack)
+	}
+	return info
+}

@@ -1,0 +1,397 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/uuid"
+	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// errLimit is the cancel cause of an attempt's context when the tool's max
+// execution time passes.
+var errLimit = errors.New("runtime: max execution time reached")
+
+// Execute runs one invocation through the RFC-0001 lifecycle and returns its
+// result. Each attempt is recorded in the database with every transition.
+//
+// When the invocation ends in any state but COMPLETED, Execute returns the
+// result and an error of one of the RFC-0001 7.1 classes (ErrValidation,
+// ErrAuthorization, ErrResource, ErrExecution, ErrTimeout, ErrState; match
+// with errors.Is, unpack with errors.As). An unknown tool or version returns
+// a nil result and an error wrapping tools.ErrToolNotFound or
+// tools.ErrVersionNotFound, and records nothing, since there is no
+// declaration to hold the invocation to. After Close it returns ErrClosed.
+//
+// Execute returns when the attempt's deadline passes even if the tool
+// ignores its context; such a tool's goroutine is abandoned (Go cannot stop
+// it), its state transaction is already rolled back and refuses further
+// writes, and its Env handles are closed.
+func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) {
+	if err := r.enter(); err != nil {
+		return nil, err
+	}
+	defer r.inflight.Done()
+	entry, err := r.reg.Lookup(inv.Tool, inv.Version)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	if inv.Principal == "" {
+		inv.Principal = "anonymous"
+	}
+	if inv.CallID == "" {
+		inv.CallID = uuid.New()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopAbort := context.AfterFunc(r.stop, func() { cancel(ErrClosed) })
+	defer stopAbort()
+
+	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv}
+	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version}
+	for n := 1; ; n++ {
+		att, out, err := c.attempt(ctx, n)
+		res.Attempts = append(res.Attempts, att)
+		res.ExecutionID, res.State, res.Error, res.Output = att.ExecutionID, att.State, att.Error, out
+		if err == nil {
+			return res, nil
+		}
+		if !r.retryable(&c.decl, err, n) || !sleep(ctx, r.backoff(n)) {
+			return res, err
+		}
+	}
+}
+
+// retryable applies RFC-0001 7.3: idempotent tools only, transient
+// ResourceErrors and TimeoutErrors only, fewer than MaxRetries retries so
+// far, and never once the caller has given up.
+func (r *Runtime) retryable(decl *tools.Declaration, err error, attempt int) bool {
+	if !decl.Idempotent || attempt-1 >= r.opts.Retry.MaxRetries {
+		return false
+	}
+	var re *ResourceError
+	return errors.Is(err, ErrTimeout) || errors.As(err, &re) && re.Transient
+}
+
+// backoff returns the wait before retry number n (1-based): exponential,
+// capped, with jitter over its upper half so concurrent callers spread out.
+func (r *Runtime) backoff(n int) time.Duration {
+	d := r.opts.Retry.MaxDelay
+	if n < 32 {
+		d = min(r.opts.Retry.BaseDelay<<(n-1), r.opts.Retry.MaxDelay)
+	}
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends, reporting whether it waited the full d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// call is one invocation in progress.
+type call struct {
+	r     *Runtime
+	entry *tools.Entry
+	decl  tools.Declaration
+	inv   *Invocation
+}
+
+// attempt is one run through the lifecycle: enforcement rules 1 to 11 in
+// RFC order.
+func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, error) {
+	r := c.r
+	m := lifecycle.New(r.opts.Now)
+	rec := &txn.Record{
+		ExecutionID: uuid.New(),
+		CallID:      c.inv.CallID,
+		Attempt:     n,
+		ToolID:      c.decl.ID,
+		ToolVersion: c.decl.Version,
+		Principal:   c.inv.Principal,
+		InputHash:   hashJSON(c.inv.Input),
+		StartedAt:   m.Created(),
+	}
+
+	// Rule 1: input validation, before anything else.
+	if err := c.validateInput(); err != nil {
+		return c.end(ctx, m, rec, lifecycle.EventInvalid, err)
+	}
+	m.Fire(lifecycle.EventValid, "")
+
+	// Rule 2: capability authorization, deny by default.
+	d := capability.Authorize(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, r.grants(c.inv), r.opts.Now())
+	rec.Capabilities = capability.Strings(d.Granted)
+	if !d.Allowed() {
+		return c.end(ctx, m, rec, lifecycle.EventDenied,
+			&AuthorizationError{Principal: d.Principal, Tool: d.Tool, Missing: d.Missing})
+	}
+	m.Fire(lifecycle.EventGranted, "")
+
+	// Rule 3: resource availability.
+	release, err := r.acquire(ctx)
+	if err != nil {
+		return c.end(ctx, m, rec, lifecycle.EventAbort, err)
+	}
+	defer release()
+
+	// Rule 4: the state transaction begins; persisting EXECUTING is the claim.
+	start, _ := m.Next(lifecycle.EventStart, "", r.opts.Now())
+	rec.State = string(lifecycle.Executing)
+	rec.Transitions = transitions(append(m.History(), start))
+	tx, err := r.store.Begin(ctx, rec)
+	if err != nil {
+		// Nothing was written and nothing ran.
+		return c.end(ctx, m, rec, lifecycle.EventAbort, &StateError{Op: "begin", Err: err})
+	}
+	m.FireAt(lifecycle.EventStart, "", start.At)
+	if !tx.Active() {
+		return c.rollback(m, rec, tx, &StateError{Op: "begin", Err: errors.New("no active transaction")})
+	}
+
+	// Rules 5 to 8: execute under the deadline, through the granted handles.
+	out, err := c.run(ctx, n, tx)
+	if err != nil {
+		return c.rollback(m, rec, tx, err)
+	}
+
+	// Rule 9: output validation.
+	if max := c.decl.ResourceLimits.MaxOutputBytes; max > 0 && int64(len(out)) > max {
+		return c.rollback(m, rec, tx, &ResourceError{Resource: "output_limit",
+			Err: &tools.LimitError{Limit: "output_limit", Max: max, Got: int64(len(out))}})
+	}
+	if err := c.entry.ValidateOutput(out); err != nil {
+		return c.rollback(m, rec, tx, &ValidationError{Phase: "output", Err: err})
+	}
+
+	// Rule 10: commit; COMPLETED only once the commit is durable.
+	rec.Output = out
+	rec.OutputHash = hashJSON(out)
+	ok, _ := m.Next(lifecycle.EventOK, "", r.opts.Now())
+	final := c.final(rec, append(m.History(), ok), nil)
+	if err := tx.Commit(context.WithoutCancel(ctx), final); err != nil {
+		rec.Output, rec.OutputHash = nil, ""
+		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
+	}
+	if tx.Active() {
+		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: errors.New("transaction not completed")})
+	}
+	m.FireAt(lifecycle.EventOK, "", ok.At)
+
+	// Rule 11: the record just committed carries every transition.
+	return c.attemptOf(m, rec, nil), out, nil
+}
+
+func (c *call) validateInput() error {
+	in := c.inv.Input
+	switch {
+	case len(in) == 0:
+		return &ValidationError{Phase: "input", Err: errors.New("no input; pass a JSON object such as {}")}
+	case len(in) > c.r.opts.MaxInputBytes:
+		return &ValidationError{Phase: "input", Err: fmt.Errorf("input is %d bytes, more than the %d allowed", len(in), c.r.opts.MaxInputBytes)}
+	}
+	if err := c.entry.ValidateInput(in); err != nil {
+		return &ValidationError{Phase: "input", Err: err}
+	}
+	return nil
+}
+
+// acquire takes an execution slot, waiting up to SlotWait.
+func (r *Runtime) acquire(ctx context.Context) (release func(), err error) {
+	release = func() { <-r.slots }
+	select {
+	case r.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	busy := &ResourceError{Resource: "concurrency", Transient: true,
+		Err: fmt.Errorf("all %d execution slots are busy", cap(r.slots))}
+	if r.opts.SlotWait < 0 {
+		return nil, busy
+	}
+	t := time.NewTimer(r.opts.SlotWait)
+	defer t.Stop()
+	select {
+	case r.slots <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return nil, busy
+	case <-ctx.Done():
+		return nil, &ResourceError{Resource: "concurrency", Transient: true, Err: context.Cause(ctx)}
+	}
+}
+
+type outcome struct {
+	out json.RawMessage
+	err error
+}
+
+// run executes the tool body in its own goroutine under the max execution
+// time, recovering a panic, and returns at the deadline whether or not the
+// tool does.
+func (c *call) run(ctx context.Context, n int, tx *txn.Tx) (json.RawMessage, error) {
+	limit := c.decl.ResourceLimits.MaxExecutionTime
+	tctx, cancel := context.WithTimeoutCause(ctx, limit, errLimit)
+	defer cancel()
+	env := &tools.Env{
+		ExecutionID: tx.ID(),
+		CallID:      c.inv.CallID,
+		Attempt:     n,
+		Principal:   c.inv.Principal,
+		Grants:      c.r.grants(c.inv),
+		Limits:      c.decl.ResourceLimits,
+		State:       tx,
+		WorkDir:     c.r.opts.WorkDir,
+	}
+	defer env.Close()
+
+	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{err: &ExecutionError{Tool: c.decl.ID, Panic: p, Stack: debug.Stack(), Err: fmt.Errorf("panic: %v", p)}}
+			}
+		}()
+		out, err := c.entry.Tool().Execute(tctx, env, c.inv.Input)
+		done <- outcome{out, err}
+	}()
+
+	select {
+	case o := <-done:
+		if tctx.Err() != nil {
+			// Finished, but not within the limit (or after a cancel).
+			return nil, c.ctxError(ctx, tctx)
+		}
+		if o.err != nil {
+			return nil, c.toolError(o.err)
+		}
+		return o.out, nil
+	case <-tctx.Done():
+		return nil, c.ctxError(ctx, tctx)
+	}
+}
+
+// ctxError classifies the end of an attempt's context.
+func (c *call) ctxError(ctx, tctx context.Context) error {
+	if context.Cause(tctx) == errLimit || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &TimeoutError{Tool: c.decl.ID, Limit: c.decl.ResourceLimits.MaxExecutionTime}
+	}
+	return &ExecutionError{Tool: c.decl.ID, Canceled: true, Err: context.Cause(ctx)}
+}
+
+// toolError classifies an error the tool returned.
+func (c *call) toolError(err error) error {
+	var ee *ExecutionError
+	var le *tools.LimitError
+	switch {
+	case errors.As(err, &ee):
+		return ee
+	case errors.Is(err, tools.ErrAccessDenied):
+		return &AuthorizationError{Principal: c.inv.Principal, Tool: c.decl.ID, Err: err}
+	case errors.As(err, &le):
+		return &ResourceError{Resource: le.Limit, Err: err}
+	}
+	return &ExecutionError{Tool: c.decl.ID, Err: err}
+}
+
+// aborts reports whether err ends an attempt through ABORTED (timeout,
+// limit, cancel) rather than straight to ROLLED_BACK.
+func aborts(err error) bool {
+	var ee *ExecutionError
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrResource) || errors.As(err, &ee) && ee.Canceled
+}
+
+// end finishes an attempt that never started executing: it fires ev (and,
+// for an abort, the rollback that follows it; there is nothing to undo) and
+// stores the record.
+func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, ev lifecycle.Event, cause error) (Attempt, json.RawMessage, error) {
+	m.Fire(ev, cause.Error())
+	if ev == lifecycle.EventAbort {
+		m.Fire(lifecycle.EventRollback, "nothing to undo: the tool did not run")
+	}
+	err := cause
+	if perr := c.r.store.Put(context.WithoutCancel(ctx), c.final(rec, m.History(), cause)); perr != nil {
+		err = errors.Join(cause, &StateError{Op: "record", Err: perr})
+	}
+	return c.attemptOf(m, rec, cause), nil, err
+}
+
+// rollback ends an executing attempt: ABORTED then ROLLED_BACK for a
+// timeout, limit or cancel, straight to ROLLED_BACK otherwise; the write-set
+// is discarded and the record stored.
+func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause error) (Attempt, json.RawMessage, error) {
+	if aborts(cause) {
+		m.Fire(lifecycle.EventAbort, cause.Error())
+		m.Fire(lifecycle.EventRollback, "state restored to the pre-execution snapshot")
+	} else {
+		m.Fire(lifecycle.EventFail, cause.Error())
+	}
+	err := cause
+	if rerr := tx.Rollback(context.Background(), c.final(rec, m.History(), cause)); rerr != nil {
+		err = errors.Join(cause, &StateError{Op: "rollback", Err: rerr})
+	}
+	return c.attemptOf(m, rec, cause), nil, err
+}
+
+// final returns the record as it stands at the end of the attempt.
+func (c *call) final(rec *txn.Record, hist []lifecycle.Transition, cause error) *txn.Record {
+	f := *rec
+	f.Transitions = transitions(hist)
+	f.State = string(hist[len(hist)-1].To)
+	f.EndedAt = hist[len(hist)-1].At
+	if info := errorInfo(cause); info != nil {
+		f.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message, Stack: info.Stack}
+	}
+	return &f
+}
+
+func (c *call) attemptOf(m *lifecycle.Machine, rec *txn.Record, cause error) Attempt {
+	h := m.History()
+	return Attempt{
+		ExecutionID: rec.ExecutionID,
+		Number:      rec.Attempt,
+		State:       m.State(),
+		Error:       errorInfo(cause),
+		StartedAt:   m.Created(),
+		EndedAt:     h[len(h)-1].At,
+		Transitions: h,
+	}
+}
+
+func transitions(h []lifecycle.Transition) []txn.Transition {
+	out := make([]txn.Transition, len(h))
+	for i, t := range h {
+		out[i] = txn.Transition{From: string(t.From), To: string(t.To), Event: string(t.Event), At: t.At, Reason: t.Reason}
+	}
+	return out
+}
+
+// hashJSON is the SHA-256 of the canonical form of a JSON value, so equal
+// values hash equally; bytes that are not JSON hash as they are.
+func hashJSON(b []byte) string {
+	if h, err := audit.Hash(b); err == nil {
+		return h
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,364 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+var (
+	pathCompleted = []string{"DECLARED", "VALIDATED", "AUTHORIZED", "EXECUTING", "COMPLETED"}
+	pathFailed    = []string{"DECLARED", "FAILED"}
+	pathDenied    = []string{"DECLARED", "VALIDATED", "DENIED"}
+	pathAborted   = []string{"DECLARED", "VALIDATED", "AUTHORIZED", "EXECUTING", "ABORTED", "ROLLED_BACK"}
+	pathRolled    = []string{"DECLARED", "VALIDATED", "AUTHORIZED", "EXECUTING", "ROLLED_BACK"}
+	pathNoSlot    = []string{"DECLARED", "VALIDATED", "AUTHORIZED", "ABORTED", "ROLLED_BACK"}
+)
+
+// checkAttempt asserts the result's single attempt ended in want after
+// going through path, and that the stored record agrees.
+func checkAttempt(t *testing.T, rt *tgruntime.Runtime, res *tgruntime.Result, want lifecycle.State, wantPath []string) *txn.Record {
+	t.Helper()
+	if res == nil {
+		t.Fatal("nil result")
+	}
+	if res.State != want {
+		t.Fatalf("state = %s, want %s (error %+v)", res.State, want, res.Error)
+	}
+	last := res.Attempts[len(res.Attempts)-1]
+	if last.ExecutionID != res.ExecutionID || last.State != want {
+		t.Fatalf("last attempt %+v does not match result", last)
+	}
+	rec := record(t, rt, res.ExecutionID)
+	if got := path(rec); !slices.Equal(got, wantPath) {
+		t.Fatalf("recorded path %v, want %v", got, wantPath)
+	}
+	if rec.State != string(want) || rec.CallID != res.CallID || rec.ToolID != res.Tool {
+		t.Fatalf("record %+v does not match result %+v", rec, res)
+	}
+	for i, tr := range rec.Transitions {
+		if tr.At.IsZero() || i > 0 && tr.At.Before(rec.Transitions[i-1].At) {
+			t.Fatalf("transition %d has time %v", i, tr.At)
+		}
+		// RFC 3.2.6-3.2.8: error details, denial and abort reasons are recorded.
+		switch tr.To {
+		case "FAILED", "DENIED", "ABORTED", "ROLLED_BACK":
+			if tr.Reason == "" {
+				t.Fatalf("transition to %s recorded without a reason", tr.To)
+			}
+		}
+	}
+	if want != lifecycle.Completed && (rec.Error == nil || rec.Error.Message == "") {
+		t.Fatalf("state %s recorded without error details", want)
+	}
+	return rec
+}
+
+func TestExecute_Completed(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	res, err := rt.Execute(context.Background(), invoke("test.echo", `{"msg":"hi"}`))
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	rec := checkAttempt(t, rt, res, lifecycle.Completed, pathCompleted)
+	if string(res.Output) != `{"msg":"hi"}` || string(rec.Output) != `{"msg":"hi"}` {
+		t.Fatalf("output %s, recorded %s", res.Output, rec.Output)
+	}
+	if rec.InputHash == "" || rec.OutputHash == "" || res.Error != nil {
+		t.Fatalf("record lacks hashes or result has error: %+v %+v", rec, res.Error)
+	}
+	if v, ok := stateOf(t, rt); !ok || v != "hi" {
+		t.Fatalf("committed state = %q, %v; want hi", v, ok)
+	}
+	if !slices.Equal(rec.Capabilities, []string{"state.write:test"}) {
+		t.Fatalf("recorded grants %v", rec.Capabilities)
+	}
+}
+
+// Rule 1: bad input ends FAILED, the tool never runs, nothing changes but
+// the (complete) record of the attempt.
+func TestExecute_InvalidInput(t *testing.T) {
+	var ran atomic.Int32
+	tl := tool(decl("test.count"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		ran.Add(1)
+		return in, env.State.Put("test", "last", []byte("ran"))
+	})
+	rt, _ := openRuntime(t, &tgruntime.Options{MaxInputBytes: 1024}, tl)
+	for name, input := range map[string]string{
+		"malformed":     `{"msg":`,
+		"empty":         ``,
+		"trailing data": `{"msg":"a"} {}`,
+		"wrong type":    `{"msg":42}`,
+		"missing field": `{}`,
+		"extra field":   `{"msg":"a","x":1}`,
+		"nested limit":  `{"msg":"` + strings.Repeat("x", 65) + `"}`,
+		"too large":     `{"msg":"` + strings.Repeat("x", 2000) + `"}`,
+		"not an object": `[1,2]`,
+		"invalid utf8":  "{\"msg\":\"\xff\"}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := rt.Execute(context.Background(), invoke("test.count", input))
+			var ve *tgruntime.ValidationError
+			if !errors.Is(err, tgruntime.ErrValidation) || !errors.As(err, &ve) || ve.Phase != "input" {
+				t.Fatalf("err = %v, want input ValidationError", err)
+			}
+			rec := checkAttempt(t, rt, res, lifecycle.Failed, pathFailed)
+			if rec.Error.Type != "ValidationError" || res.Error.Code != "invalid_input" || len(res.Attempts) != 1 {
+				t.Fatalf("error %+v, attempts %d", rec.Error, len(res.Attempts))
+			}
+		})
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("tool ran %d times on invalid input", ran.Load())
+	}
+	if _, ok := stateOf(t, rt); ok {
+		t.Fatal("state changed")
+	}
+}
+
+// Rule 2: deny by default; grants from options or the invocation.
+func TestExecute_Denied(t *testing.T) {
+	var ran atomic.Int32
+	tl := tool(decl("test.cap"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		ran.Add(1)
+		return in, nil
+	})
+	rt, _ := openRuntime(t, &tgruntime.Options{Grants: map[string][]capability.Capability{
+		"reader": {capability.MustParse("state.read:test")},
+		"writer": {capability.MustParse("state.write:test")},
+		"other":  {capability.MustParse("state.write:other")},
+	}}, tl)
+	for _, principal := range []string{"", "nobody", "reader", "other"} {
+		t.Run("principal="+principal, func(t *testing.T) {
+			inv := invoke("test.cap", `{"msg":"x"}`)
+			inv.Principal = principal
+			res, err := rt.Execute(context.Background(), inv)
+			var ae *tgruntime.AuthorizationError
+			if !errors.Is(err, tgruntime.ErrAuthorization) || !errors.As(err, &ae) {
+				t.Fatalf("err = %v, want AuthorizationError", err)
+			}
+			if len(ae.Missing) != 1 || ae.Missing[0].String() != "state.write:test" {
+				t.Fatalf("missing = %v", ae.Missing)
+			}
+			rec := checkAttempt(t, rt, res, lifecycle.Denied, pathDenied)
+			if !strings.Contains(rec.Error.Message, "state.write:test") {
+				t.Fatalf("denial reason does not name the capability: %q", rec.Error.Message)
+			}
+		})
+	}
+	if ran.Load() != 0 {
+		t.Fatal("a denied tool ran")
+	}
+	inv := invoke("test.cap", `{"msg":"x"}`)
+	inv.Principal = "writer"
+	if res, err := rt.Execute(context.Background(), inv); err != nil || res.State != lifecycle.Completed {
+		t.Fatalf("policy grant: %v %v", res, err)
+	}
+	inv.Principal = "nobody"
+	inv.Grants = []capability.Capability{capability.MustParse("state.write:test")}
+	if res, err := rt.Execute(context.Background(), inv); err != nil || res.State != lifecycle.Completed {
+		t.Fatalf("invocation grant: %v %v", res, err)
+	}
+}
+
+// RFC 6.1.1: validation happens before authorization.
+func TestExecute_ValidationBeforeAuthorization(t *testing.T) {
+	rt, _ := openRuntime(t, &tgruntime.Options{Grants: map[string][]capability.Capability{}}, echo("test.echo"))
+	res, err := rt.Execute(context.Background(), invoke("test.echo", `{"msg":1}`))
+	if !errors.Is(err, tgruntime.ErrValidation) || errors.Is(err, tgruntime.ErrAuthorization) {
+		t.Fatalf("err = %v, want only ValidationError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.Failed, pathFailed)
+}
+
+// failing tools write state first, then fail in their own way; the write
+// must never be visible.
+func TestExecute_RolledBack(t *testing.T) {
+	write := func(env *tools.Env) {
+		if err := env.State.Put("test", "last", []byte("dirty")); err != nil {
+			t.Errorf("Put: %v", err)
+		}
+	}
+	cases := []struct {
+		name     string
+		fn       func(ctx context.Context, env *tools.Env, in msg) (msg, error)
+		is       error
+		code     string
+		wantPath []string
+	}{
+		{"tool error", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			return msg{}, errors.New("boom")
+		}, tgruntime.ErrExecution, "tool_error", pathRolled},
+		{"panic", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			panic("kaboom")
+		}, tgruntime.ErrExecution, "panic", pathRolled},
+		{"invalid output", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			return msg{Msg: strings.Repeat("y", 100)}, nil // maxLength 64
+		}, tgruntime.ErrValidation, "invalid_output", pathRolled},
+		{"timeout", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			<-ctx.Done()
+			return msg{}, ctx.Err()
+		}, tgruntime.ErrTimeout, "timeout", pathAborted},
+		{"handle refusal", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			_, err := env.FS("filesystem.read").Open("/etc/hostname")
+			return msg{}, err
+		}, tgruntime.ErrAuthorization, "capability_boundary", pathRolled},
+		{"limit", func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			write(env)
+			return msg{}, &tools.LimitError{Limit: "file_size_limit", Max: 1, Got: 2}
+		}, tgruntime.ErrResource, "file_size_limit", pathAborted},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := 5 * time.Second
+			if tc.is == tgruntime.ErrTimeout {
+				lim = 50 * time.Millisecond
+			}
+			rt, _ := openRuntime(t, nil, tool(decl("test.bad", limit(lim)), tc.fn))
+			res, err := rt.Execute(context.Background(), invoke("test.bad", `{"msg":"x"}`))
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			rec := checkAttempt(t, rt, res, lifecycle.RolledBack, tc.wantPath)
+			if res.Error.Code != tc.code || rec.Error.Code != tc.code {
+				t.Fatalf("error code %q (recorded %q), want %q", res.Error.Code, rec.Error.Code, tc.code)
+			}
+			if v, ok := stateOf(t, rt); ok {
+				t.Fatalf("rolled back attempt left state %q", v)
+			}
+			if rec.Output != nil || res.Output != nil {
+				t.Fatal("a rolled back attempt has output")
+			}
+			if rec.WriteSet == nil || rec.WriteSet.Committed || rec.WriteSet.Puts != 1 {
+				t.Fatalf("write-set summary %+v", rec.WriteSet)
+			}
+		})
+	}
+}
+
+func TestExecute_PanicCarriesStack(t *testing.T) {
+	rt, _ := openRuntime(t, nil, tool(decl("test.panic"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		var m map[string]int
+		m["x"]++ // nil map write: a runtime panic
+		return in, nil
+	}))
+	res, err := rt.Execute(context.Background(), invoke("test.panic", `{"msg":"x"}`))
+	var ee *tgruntime.ExecutionError
+	if !errors.As(err, &ee) || ee.Panic == nil {
+		t.Fatalf("err = %v, want ExecutionError with Panic", err)
+	}
+	if !strings.Contains(string(ee.Stack), "TestExecute_PanicCarriesStack") {
+		t.Fatalf("stack does not show the panicking function:\n%s", ee.Stack)
+	}
+	if rec := record(t, rt, res.ExecutionID); !strings.Contains(rec.Error.Stack, "TestExecute_PanicCarriesStack") {
+		t.Fatal("recorded error lacks the stack")
+	}
+}
+
+// A tool that ignores its context: Execute returns at the deadline, the
+// abort is recorded, and the abandoned goroutine can no longer write.
+func TestExecute_ToolIgnoresContext(t *testing.T) {
+	release := make(chan struct{})
+	late := make(chan error, 1)
+	rt, _ := openRuntime(t, nil, tool(decl("test.stubborn", limit(50*time.Millisecond)),
+		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			<-release // ignores ctx
+			late <- env.State.Put("test", "last", []byte("late"))
+			return in, nil
+		}))
+	done := make(chan struct{})
+	var res *tgruntime.Result
+	var err error
+	go func() {
+		res, err = rt.Execute(context.Background(), invoke("test.stubborn", `{"msg":"x"}`))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		close(release)
+		t.Fatal("Execute did not return at the deadline of a tool that ignores its context")
+	}
+	if !errors.Is(err, tgruntime.ErrTimeout) {
+		t.Fatalf("err = %v, want TimeoutError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	close(release)
+	if err := <-late; !errors.Is(err, txn.ErrTxDone) {
+		t.Fatalf("abandoned tool's write = %v, want ErrTxDone", err)
+	}
+	if _, ok := stateOf(t, rt); ok {
+		t.Fatal("abandoned tool changed state")
+	}
+}
+
+func TestExecute_Canceled(t *testing.T) {
+	started := make(chan struct{})
+	rt, _ := openRuntime(t, nil, tool(decl("test.wait", idempotent), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		close(started)
+		<-ctx.Done()
+		return msg{}, ctx.Err()
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	res, err := rt.Execute(ctx, invoke("test.wait", `{"msg":"x"}`))
+	var ee *tgruntime.ExecutionError
+	if !errors.As(err, &ee) || !ee.Canceled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want canceled ExecutionError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	if len(res.Attempts) != 1 {
+		t.Fatalf("a canceled invocation was retried: %d attempts", len(res.Attempts))
+	}
+}
+
+func TestExecute_UnknownToolOrVersion(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	for _, tc := range []struct {
+		inv  tgruntime.Invocation
+		want error
+	}{
+		{tgruntime.Invocation{Tool: "nope", Input: []byte(`{}`)}, tools.ErrToolNotFound},
+		{tgruntime.Invocation{Tool: "test.echo", Version: "9.9.9", Input: []byte(`{"msg":"x"}`)}, tools.ErrVersionNotFound},
+	} {
+		res, err := rt.Execute(context.Background(), tc.inv)
+		if res != nil || !errors.Is(err, tc.want) {
+			t.Fatalf("Execute(%+v) = %v, %v; want nil, %v", tc.inv, res, err, tc.want)
+		}
+	}
+	recs, err := rt.Store().List(context.Background(), txn.Filter{})
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("unknown tools left records: %d, %v", len(recs), err)
+	}
+}
+
+func TestExecute_Versions(t *testing.T) {
+	v2 := tool(decl("test.v", func(d *tools.Declaration) { d.Version = "2.0.0" }), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		return msg{Msg: "v2"}, nil
+	})
+	v1 := tool(decl("test.v"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return msg{Msg: "v1"}, nil })
+	rt, _ := openRuntime(t, nil, v2, v1)
+	for version, want := range map[string]string{"": "v2", "2.0.0": "v2", "1.0.0": "v1"} {
+		inv := invoke("test.v", `{"msg":"x"}`)
+		inv.Version = version
+		res, err := rt.Execute(context.Background(), inv)
+		if err != nil || string(res.Output) != `{"msg":"`+want+`"}` {
+			t.Fatalf("version %q: %s %v", version, res.Output, err)
+		}
+	}
+}

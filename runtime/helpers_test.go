@@ -1,0 +1,128 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+const msgSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {"msg": {"type": "string", "description": "a message", "maxLength": 64}},
+  "required": ["msg"],
+  "additionalProperties": false
+}`
+
+// decl returns a declaration with {msg} input and output schemas; opts
+// adjust it.
+func decl(id string, opts ...func(*tools.Declaration)) tools.Declaration {
+	d := tools.Declaration{
+		ID: id, Version: "1.0.0", Name: id, Description: "test tool " + id,
+		InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+		RequiredCapabilities: []capability.Capability{capability.MustParse("state.write:test")},
+		ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 5 * time.Second},
+	}
+	for _, o := range opts {
+		o(&d)
+	}
+	return d
+}
+
+func idempotent(d *tools.Declaration) { d.Idempotent = true }
+
+func limit(t time.Duration) func(*tools.Declaration) {
+	return func(d *tools.Declaration) { d.ResourceLimits.MaxExecutionTime = t }
+}
+
+type msg struct {
+	Msg string `json:"msg"`
+}
+
+// tool makes a typed {msg} tool whose body is fn.
+func tool(d tools.Declaration, fn func(ctx context.Context, env *tools.Env, in msg) (msg, error)) tools.Tool {
+	return tools.NewTyped(d, fn)
+}
+
+// echo writes its message to state test/last and returns it.
+func echo(id string, opts ...func(*tools.Declaration)) tools.Tool {
+	return tool(decl(id, opts...), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		return in, env.State.Put("test", "last", []byte(in.Msg))
+	})
+}
+
+// grantAll is the principal "tester" with the test capability.
+var grantAll = map[string][]capability.Capability{"tester": {capability.MustParse("state.write:test")}}
+
+// openRuntime opens a runtime on a fresh database under t.TempDir() with the
+// given tools; it is closed when the test ends.
+func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgruntime.Runtime, string) {
+	t.Helper()
+	reg := tools.NewRegistry()
+	for _, tl := range ts {
+		if err := reg.Register(tl); err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+	}
+	if opts == nil {
+		opts = &tgruntime.Options{}
+	}
+	opts.Registry = reg
+	if opts.Grants == nil {
+		opts.Grants = grantAll
+	}
+	opts.NoSync = true
+	if opts.Retry.BaseDelay == 0 {
+		opts.Retry.BaseDelay = time.Millisecond
+	}
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	rt, err := tgruntime.Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, path
+}
+
+func invoke(id, input string) tgruntime.Invocation {
+	return tgruntime.Invocation{Tool: id, Input: json.RawMessage(input), Principal: "tester"}
+}
+
+// stateOf reads the committed value of test/last.
+func stateOf(t *testing.T, rt *tgruntime.Runtime) (string, bool) {
+	t.Helper()
+	v, ok, err := rt.Store().StateValue(context.Background(), "test", "last")
+	if err != nil {
+		t.Fatalf("StateValue: %v", err)
+	}
+	return string(v), ok
+}
+
+// record loads the stored record of an execution.
+func record(t *testing.T, rt *tgruntime.Runtime, id string) *txn.Record {
+	t.Helper()
+	rec, err := rt.Store().Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", id, err)
+	}
+	return rec
+}
+
+// path returns the states a record went through, starting at DECLARED.
+func path(rec *txn.Record) []string {
+	if len(rec.Transitions) == 0 {
+		return nil
+	}
+	out := []string{rec.Transitions[0].From}
+	for _, tr := range rec.Transitions {
+		out = append(out, tr.To)
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package runtime
+
+import (
+	"errors"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// Options configure a Runtime. A nil *Options means DefaultOptions(); zero
+// fields mean their defaults.
+type Options struct {
+	// Registry holds the tools this runtime executes. Open freezes it. nil
+	// means a registry of the built-in tools.
+	Registry *tools.Registry
+
+	// Grants maps principals to the capabilities they hold. Everything not
+	// listed is denied.
+	Grants map[string][]capability.Capability
+
+	// Retry is the retry policy of RFC-0001 7.3.
+	Retry RetryPolicy
+
+	// MaxConcurrent is the number of attempts that may execute at once
+	// (RFC-0001 rule 3); default 64.
+	MaxConcurrent int
+
+	// SlotWait is how long an attempt waits for a free execution slot before
+	// it fails with a ResourceError; default 5s. Negative means do not wait.
+	SlotWait time.Duration
+
+	// MaxInputBytes caps the size of an invocation's input; default 4 MiB.
+	MaxInputBytes int
+
+	// WorkDir is the directory relative paths given to tools are resolved
+	// against; "" means the process's working directory at Open.
+	WorkDir string
+
+	// OpenTimeout is how long Open waits for another process to release the
+	// database; default 1s.
+	OpenTimeout time.Duration
+
+	// NoSync skips fsync on commit. Only for tests and benchmarks: a crash
+	// can lose acknowledged executions.
+	NoSync bool
+
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// RetryPolicy says when a failed attempt is tried again. Only idempotent
+// tools are retried, and only after a transient ResourceError or a
+// TimeoutError; each retry waits BaseDelay * 2^(retry-1), capped at
+// MaxDelay, with full jitter.
+type RetryPolicy struct {
+	// MaxRetries is the number of retries after the first attempt, so at
+	// most MaxRetries+1 attempts run. 0 means the default, 3; negative
+	// means never retry.
+	MaxRetries int
+	BaseDelay  time.Duration // default 100ms
+	MaxDelay   time.Duration // default 5s
+}
+
+// DefaultOptions returns a fresh Options with every default filled in.
+func DefaultOptions() *Options {
+	o := &Options{}
+	o.fill()
+	return o
+}
+
+func (o *Options) fill() {
+	if o.Retry.MaxRetries == 0 {
+		o.Retry.MaxRetries = 3
+	}
+	if o.Retry.BaseDelay == 0 {
+		o.Retry.BaseDelay = 100 * time.Millisecond
+	}
+	if o.Retry.MaxDelay == 0 {
+		o.Retry.MaxDelay = 5 * time.Second
+	}
+	if o.MaxConcurrent == 0 {
+		o.MaxConcurrent = 64
+	}
+	if o.SlotWait == 0 {
+		o.SlotWait = 5 * time.Second
+	}
+	if o.MaxInputBytes == 0 {
+		o.MaxInputBytes = 4 << 20
+	}
+	if o.OpenTimeout == 0 {
+		o.OpenTimeout = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MaxConcurrent < 0 {
+		errs = append(errs, errors.New("runtime: MaxConcurrent must not be negative"))
+	}
+	if o.MaxInputBytes < 0 {
+		errs = append(errs, errors.New("runtime: MaxInputBytes must not be negative"))
+	}
+	if o.Retry.BaseDelay < 0 || o.Retry.MaxDelay < 0 {
+		errs = append(errs, errors.New("runtime: retry delays must not be negative"))
+	}
+	if o.OpenTimeout < 0 {
+		errs = append(errs, errors.New("runtime: OpenTimeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}

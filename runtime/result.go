@@ -1,0 +1,56 @@
+package runtime
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+)
+
+// Invocation is one call of one tool.
+type Invocation struct {
+	Tool      string          // tool id
+	Version   string          // "" means the highest registered version
+	Input     json.RawMessage // the arguments, validated against the input schema
+	CallID    string          // shared by every attempt; "" means a new UUID
+	Principal string          // who asks; "" means "anonymous"
+	// Grants are capabilities granted for this call only, on top of what
+	// Options.Grants gives the principal (the CLI's --allow).
+	Grants []capability.Capability
+}
+
+// Result is the outcome of an invocation: its final state, and every
+// attempt, each with its own execution id and lifecycle.
+type Result struct {
+	ExecutionID string          `json:"executionId"` // of the last attempt
+	CallID      string          `json:"callId"`
+	Tool        string          `json:"tool"`
+	Version     string          `json:"version"`
+	State       lifecycle.State `json:"state"` // of the last attempt
+	Output      json.RawMessage `json:"output,omitempty"`
+	Error       *ErrorInfo      `json:"error,omitempty"`
+	Attempts    []Attempt       `json:"attempts"`
+}
+
+// Attempt is one run through the lifecycle.
+type Attempt struct {
+	ExecutionID string                 `json:"executionId"`
+	Number      int                    `json:"number"` // 1 for the first attempt
+	State       lifecycle.State        `json:"state"`
+	Error       *ErrorInfo             `json:"error,omitempty"`
+	StartedAt   time.Time              `json:"startedAt"`
+	EndedAt     time.Time              `json:"endedAt"`
+	Transitions []lifecycle.Transition `json:"transitions"`
+}
+
+// Aborted reports whether the attempt went through ABORTED (a timeout, a
+// limit, or a cancel) on its way to ROLLED_BACK.
+func (a *Attempt) Aborted() bool {
+	for _, t := range a.Transitions {
+		if t.To == lifecycle.Aborted {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// Runtime executes tools under RFC-0001. It is safe for concurrent use.
+type Runtime struct {
+	opts  Options
+	reg   *tools.Registry
+	store *txn.Store
+	slots chan struct{}
+
+	// stop is canceled when Close gives up waiting: every running attempt
+	// is then aborted and rolled back.
+	stop       context.Context
+	abortAll   context.CancelFunc
+	mu         sync.Mutex
+	closing    bool
+	inflight   sync.WaitGroup
+	closedOnce sync.Once
+	closeErr   error
+}
+
+// Open opens (creating if needed) the database at path and returns a
+// runtime for the tools of opts.Registry, which it freezes. It returns an
+// error when the options are invalid, the file is locked by another process
+// (after opts.OpenTimeout), or the file is not a toolgate database.
+func Open(path string, opts *Options) (*Runtime, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o.fill()
+	if o.Registry == nil {
+		o.Registry = tools.NewRegistry()
+		for _, t := range tools.Builtins() {
+			if err := o.Registry.Register(t); err != nil {
+				return nil, fmt.Errorf("runtime: registering built-in tool: %w", err)
+			}
+		}
+	}
+	if o.WorkDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("runtime: working directory: %w", err)
+		}
+		o.WorkDir = wd
+	}
+	o.Registry.Freeze()
+	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	stop, abort := context.WithCancel(context.Background())
+	return &Runtime{
+		opts:     o,
+		reg:      o.Registry,
+		store:    store,
+		slots:    make(chan struct{}, o.MaxConcurrent),
+		stop:     stop,
+		abortAll: abort,
+	}, nil
+}
+
+// Registry returns the runtime's (frozen) registry.
+func (r *Runtime) Registry() *tools.Registry { return r.reg }
+
+// Store returns the runtime's store, for inspection.
+func (r *Runtime) Store() *txn.Store { return r.store }
+
+// Close stops accepting invocations, waits for running ones to end, and
+// closes the database. If ctx ends first, the running attempts are aborted
+// (ABORTED, then ROLLED_BACK, recorded) before the database closes, and
+// ctx's error is returned. Close is idempotent.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	r.closedOnce.Do(func() {
+		done := make(chan struct{})
+		go func() { r.inflight.Wait(); close(done) }()
+		var waitErr error
+		select {
+		case <-done:
+		case <-ctx.Done():
+			waitErr = ctx.Err()
+			r.abortAll()
+			<-done // attempts return promptly once aborted: they do not wait for their tools
+		}
+		r.abortAll()
+		r.closeErr = errors.Join(waitErr, r.store.Close())
+	})
+	return r.closeErr
+}
+
+// enter registers an invocation, refusing it once Close has begun.
+func (r *Runtime) enter() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return ErrClosed
+	}
+	r.inflight.Add(1)
+	return nil
+}
+
+// grants returns what principal holds for this invocation.
+func (r *Runtime) grants(inv *Invocation) []capability.Capability {
+	g := r.opts.Grants[inv.Principal]
+	if len(inv.Grants) == 0 {
+		return g
+	}
+	return append(append([]capability.Capability(nil), g...), inv.Grants...)
+}
