@@ -1,0 +1,134 @@
+// Package cli is the toolgate command line: argument parsing, output, and
+// exit codes. cmd/toolgate only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, by the final state of the invocation.
+const (
+	ExitCompleted = 0 // COMPLETED
+	ExitInternal  = 1 // an internal error (the database could not be opened, ...)
+	ExitUsage     = 2 // bad flags or arguments, unknown tool or version
+	ExitFailed    = 3 // FAILED: the input is not valid
+	ExitDenied    = 4 // DENIED: a required capability was not granted
+	ExitAborted   = 5 // ABORTED then ROLLED_BACK: a timeout, a limit, or a cancel
+	ExitRollback  = 6 // ROLLED_BACK: the tool failed or its output was invalid
+)
+
+const exitCodesHelp = `Exit codes:
+  0  COMPLETED
+  1  internal error (e.g. the database cannot be opened)
+  2  usage error (bad flags, unknown tool or version)
+  3  FAILED: the input does not match the tool's schema
+  4  DENIED: a required capability was not granted (see --allow)
+  5  ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel
+  6  ROLLED_BACK: the tool failed, or its output did not match its schema`
+
+// Stdio are the streams the command uses.
+type Stdio struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error // printed to stderr when non-nil
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func internalErr(err error) error { return &exitError{code: ExitInternal, err: err} }
+
+// Main runs the toolgate command with args and returns its exit code. It
+// never panics on bad input and never prints a stack trace.
+func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(stdio.Err, "toolgate: internal error: %v\n", p)
+			code = ExitInternal
+		}
+	}()
+	root := newRoot(stdio)
+	root.SetArgs(args)
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitCompleted
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stdio.Err, "toolgate: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	// cobra's own errors: unknown command or flag, wrong arguments.
+	fmt.Fprintf(stdio.Err, "toolgate: %v\nRun 'toolgate --help' for usage.\n", err)
+	return ExitUsage
+}
+
+type globals struct {
+	db   string
+	json bool
+}
+
+func newRoot(stdio Stdio) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "toolgate",
+		Short: "Run tools under RFC-0001: validated, authorized, transactional, audited",
+		Long: `toolgate executes tools under RFC-0001. Every invocation is validated against the
+tool's schema, authorized against the capabilities granted to it (nothing by
+default), executed inside a state transaction with a deadline, and recorded
+with every lifecycle transition in a bbolt database.
+
+` + exitCodesHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
+	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio))
+	return root
+}
+
+// dbPath resolves the database path: --db, then $TOOLGATE_DB, then
+// $XDG_STATE_HOME/toolgate/toolgate.db, then ~/.local/state/toolgate/toolgate.db.
+func (g *globals) dbPath() (string, error) {
+	if g.db != "" {
+		return g.db, nil
+	}
+	if p := os.Getenv("TOOLGATE_DB"); p != "" {
+		return p, nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "toolgate", "toolgate.db"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no database path: set --db or TOOLGATE_DB (%v)", err)
+	}
+	return filepath.Join(home, ".local", "state", "toolgate", "toolgate.db"), nil
+}

@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// maxInputFile bounds what --input @FILE or - reads; the runtime refuses
+// inputs over its own (smaller) limit with a clear message.
+const maxInputFile = 64 << 20
+
+func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		input  string
+		allow  []string
+		callID string
+	)
+	cmd := &cobra.Command{
+		Use:   "run TOOL[@VERSION]",
+		Short: "Run one invocation of a tool",
+		Long: `Run one invocation of a tool through the RFC-0001 lifecycle and print its
+output (stdout) and final state (stderr); with --json, print the whole result.
+
+Nothing is granted by default: --allow grants a capability for this one call,
+for example --allow filesystem.read:. to read files below the current
+directory. Relative filesystem scopes are resolved against the current
+directory.
+
+` + exitCodesHelp,
+		Example: `  toolgate run file.read --allow filesystem.read:. --input '{"path":"README.md"}'
+  echo '{"path":"go.mod"}' | toolgate run file.read@1.0.0 --allow filesystem.read:. --input -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, version, _ := strings.Cut(args[0], "@")
+			in, err := readInput(input, stdio.In)
+			if err != nil {
+				return usageErr("--input: %v", err)
+			}
+			grants, err := parseAllow(allow)
+			if err != nil {
+				return usageErr("--allow: %v", err)
+			}
+			rt, err := g.open()
+			if err != nil {
+				return err
+			}
+			defer rt.Close(context.Background())
+			res, err := rt.Execute(cmd.Context(), tgruntime.Invocation{
+				Tool: id, Version: version, Input: in, CallID: callID,
+				Principal: principal(), Grants: grants,
+			})
+			if errors.Is(err, tools.ErrToolNotFound) || errors.Is(err, tools.ErrVersionNotFound) {
+				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
+			if res == nil {
+				return internalErr(err)
+			}
+			if perr := printResult(stdio, g.json, res, err); perr != nil {
+				return internalErr(perr)
+			}
+			if code := exitCode(res); code != ExitCompleted {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&input, "input", "{}", "input JSON; @FILE reads it from FILE, - from stdin")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability for this call, e.g. filesystem.read:. (repeatable)")
+	cmd.Flags().StringVar(&callID, "call-id", "", "the invocation's call id (default: a new UUID)")
+	return cmd
+}
+
+func (g *globals) open() (*tgruntime.Runtime, error) {
+	path, err := g.dbPath()
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	reg, err := builtinRegistry()
+	if err != nil {
+		return nil, internalErr(err)
+	}
+	rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg})
+	if err != nil {
+		return nil, internalErr(err)
+	}
+	return rt, nil
+}
+
+func builtinRegistry() (*tools.Registry, error) {
+	reg := tools.NewRegistry()
+	for _, t := range tools.Builtins() {
+		if err := reg.Register(t); err != nil {
+			return nil, err
+		}
+	}
+	reg.Freeze()
+	return reg, nil
+}
+
+func readInput(arg string, stdin io.Reader) (json.RawMessage, error) {
+	var r io.Reader
+	switch {
+	case arg == "-":
+		r = stdin
+	case strings.HasPrefix(arg, "@"):
+		f, err := os.Open(arg[1:])
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	default:
+		return json.RawMessage(arg), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInputFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxInputFile {
+		return nil, fmt.Errorf("input larger than %d bytes", maxInputFile)
+	}
+	return b, nil
+}
+
+// parseAllow parses --allow values, making relative filesystem scopes
+// absolute so that "filesystem.read:." means the current directory.
+func parseAllow(vals []string) ([]capability.Capability, error) {
+	out := make([]capability.Capability, 0, len(vals))
+	for _, v := range vals {
+		name, scope, scoped := strings.Cut(v, ":")
+		if scoped && strings.HasPrefix(name, "filesystem.") && scope != "" && !filepath.IsAbs(scope) {
+			abs, err := filepath.Abs(scope)
+			if err != nil {
+				return nil, err
+			}
+			v = name + ":" + abs
+		}
+		c, err := capability.Parse(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// principal names the CLI's caller: "cli:" and the OS user name.
+func principal() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	return fmt.Sprintf("cli:uid-%d", os.Getuid())
+}
+
+// exitCode maps the final state to the documented exit code.
+func exitCode(res *tgruntime.Result) int {
+	switch res.State {
+	case lifecycle.Completed:
+		return ExitCompleted
+	case lifecycle.Failed:
+		return ExitFailed
+	case lifecycle.Denied:
+		return ExitDenied
+	case lifecycle.RolledBack:
+		if last := res.Attempts[len(res.Attempts)-1]; last.Aborted() {
+			return ExitAborted
+		}
+		return ExitRollback
+	}
+	return ExitInternal
+}
+
+func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error) error {
+	if asJSON {
+		enc := json.NewEncoder(stdio.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	if len(res.Output) > 0 {
+		if err := writeJSON(stdio.Out, res.Output); err != nil {
+			return err
+		}
+	}
+	last := res.Attempts[len(res.Attempts)-1]
+	fmt.Fprintf(stdio.Err, "%s %s@%s in %v (execution %s", res.State, res.Tool, res.Version,
+		last.EndedAt.Sub(res.Attempts[0].StartedAt).Round(time.Microsecond), res.ExecutionID)
+	if n := len(res.Attempts); n > 1 {
+		fmt.Fprintf(stdio.Err, ", %d attempts", n)
+	}
+	fmt.Fprintln(stdio.Err, ")")
+	if len(res.Attempts) > 1 {
+		for _, a := range res.Attempts {
+			fmt.Fprintf(stdio.Err, "  attempt %d %s %s", a.Number, a.ExecutionID, a.State)
+			if a.Error != nil {
+				fmt.Fprintf(stdio.Err, ": %s", a.Error.Message)
+			}
+			fmt.Fprintln(stdio.Err)
+		}
+	}
+	if res.Error != nil {
+		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, strings.TrimPrefix(res.Error.Message, "runtime: "))
+		var ae *tgruntime.AuthorizationError
+		if errors.As(execErr, &ae) && len(ae.Missing) > 0 {
+			fmt.Fprintln(stdio.Err, denyHint(ae.Missing))
+		}
+	}
+	return nil
+}
+
+// denyHint names the --allow flags that would grant what was missing.
+func denyHint(missing []capability.Capability) string {
+	flags := make([]string, len(missing))
+	for i, m := range missing {
+		v := m.String()
+		if m.Scope == "" && strings.HasPrefix(m.Name, "filesystem.") {
+			v += ":PATH"
+		}
+		flags[i] = "--allow " + v
+	}
+	return "to grant it for this call: " + strings.Join(flags, " ")
+}
+
+// writeJSON indents raw for reading, keeping its key order and numbers.
+func writeJSON(w io.Writer, raw json.RawMessage) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		b.Reset()
+		b.Write(raw)
+	}
+	b.WriteByte('\n')
+	_, err := w.Write(b.Bytes())
+	return err
+}

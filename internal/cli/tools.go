@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/capability"
+)
+
+func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tools",
+		Short: "List the registered tools",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := builtinRegistry()
+			if err != nil {
+				return internalErr(err)
+			}
+			entries := reg.Entries()
+			if g.json {
+				return encodeJSON(stdio, entries)
+			}
+			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TOOL\tVERSION\tCAPABILITIES\tDESCRIPTION")
+			for _, e := range entries {
+				d := e.Declaration()
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.ID, d.Version, strings.Join(capability.Strings(d.RequiredCapabilities), ","), d.Description)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe TOOL[@VERSION]",
+		Short: "Show a tool's declaration with its schemas",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := builtinRegistry()
+			if err != nil {
+				return internalErr(err)
+			}
+			id, version, _ := strings.Cut(args[0], "@")
+			e, err := reg.Lookup(id, version)
+			if err != nil {
+				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
+			d := e.Declaration()
+			if g.json {
+				return encodeJSON(stdio, d)
+			}
+			w := stdio.Out
+			fmt.Fprintf(w, "%s@%s  %s\n%s\n\n", d.ID, d.Version, d.Name, d.Description)
+			caps := capability.Strings(d.RequiredCapabilities)
+			if len(caps) == 0 {
+				caps = []string{"(none)"}
+			}
+			fmt.Fprintf(w, "Required capabilities: %s\n", strings.Join(caps, ", "))
+			l := d.ResourceLimits
+			fmt.Fprintf(w, "Limits:                max execution time %v", l.MaxExecutionTime)
+			for _, x := range []struct {
+				name string
+				v    int64
+			}{{"max memory", l.MaxMemory}, {"max file size", l.MaxFileSize}, {"max output", l.MaxOutputBytes}} {
+				if x.v > 0 {
+					fmt.Fprintf(w, ", %s %d bytes", x.name, x.v)
+				}
+			}
+			fmt.Fprintf(w, "\nDeterministic:         %v\nIdempotent:            %v\n", d.Deterministic, d.Idempotent)
+			fmt.Fprintln(w, "\nInput schema:")
+			writeJSON(w, d.InputSchema)
+			fmt.Fprintln(w, "\nOutput schema:")
+			return writeJSON(w, d.OutputSchema)
+		},
+	}
+}
+
+func encodeJSON(stdio Stdio, v any) error {
+	enc := json.NewEncoder(stdio.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
