@@ -21,16 +21,17 @@ const module = "github.com/toolgate/toolgate"
 // tools -> capability; only runtime touches the OpenTelemetry API; nothing
 // imports runtime except the CLI; only the CLI may use the OTel SDK.
 var policy = map[string][]string{
-	"lifecycle":     {"github.com/looplab/fsm"},
-	"capability":    {},
-	"tools":         {"capability", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver"},
-	"txn":           {"go.etcd.io/bbolt"},
-	"audit":         {},
-	"runtime":       {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "go.opentelemetry.io/otel"},
-	"internal/uuid": {},
-	"internal/deps": {},
-	"internal/cli":  {"runtime", "lifecycle", "capability", "tools", "txn", "audit", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
-	"cmd/toolgate":  {"internal/cli"},
+	"lifecycle":          {"github.com/looplab/fsm"},
+	"capability":         {},
+	"tools":              {"capability", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver"},
+	"txn":                {"go.etcd.io/bbolt"},
+	"audit":              {},
+	"runtime":            {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "go.opentelemetry.io/otel"},
+	"internal/uuid":      {},
+	"internal/deps":      {},
+	"internal/docscheck": {},
+	"internal/cli":       {"runtime", "lifecycle", "capability", "tools", "txn", "audit", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"cmd/toolgate":       {"internal/cli"},
 }
 
 // forbidden are import prefixes no package of the module may use outside
