@@ -61,6 +61,15 @@ func echo(id string, opts ...func(*tools.Declaration)) tools.Tool {
 // grantAll is the principal "tester" with the test capability.
 var grantAll = map[string][]capability.Capability{"tester": {capability.MustParse("state.write:test")}}
 
+// registry returns a frozen-to-be registry holding echo("test.echo").
+func registry(tb testing.TB) *tools.Registry {
+	reg := tools.NewRegistry()
+	if err := reg.Register(echo("test.echo")); err != nil {
+		tb.Fatal(err)
+	}
+	return reg
+}
+
 // openRuntime opens a runtime on a fresh database under t.TempDir() with the
 // given tools; it is closed when the test ends.
 func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgruntime.Runtime, string) {
