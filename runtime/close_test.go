@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +74,7 @@ func TestRuntime_CloseAbortsInFlight(t *testing.T) {
 // the attempt ROLLED_BACK with a StateError, never COMPLETED.
 func TestExecute_CommitFailure(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
-	rt, _ := openRuntime(t, nil, tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+	rt, path := openRuntime(t, nil, tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
 		close(started)
 		<-release
 		return in, nil
@@ -88,7 +89,7 @@ func TestExecute_CommitFailure(t *testing.T) {
 		done <- ret{res, err}
 	}()
 	<-started
-	if err := rt.Store().Close(); err != nil {
+	if err := tgruntime.StoreOf(rt).Close(); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -99,6 +100,22 @@ func TestExecute_CommitFailure(t *testing.T) {
 	}
 	if r.res.State != lifecycle.RolledBack || r.res.Output != nil {
 		t.Fatalf("state %s output %s", r.res.State, r.res.Output)
+	}
+	// The store was gone, so the rollback record could not be written either:
+	// the error says so, and the file still shows the claim, EXECUTING, never
+	// COMPLETED (crash recovery on the next Open finishes it: issue 3).
+	if !errors.As(r.err, &se) || !strings.Contains(r.err.Error(), "rollback") {
+		t.Fatalf("err = %v, want the failed rollback record reported too", r.err)
+	}
+	rt.Close(context.Background())
+	store, err := txn.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rec, err := store.Get(context.Background(), r.res.ExecutionID)
+	if err != nil || rec.State != "EXECUTING" {
+		t.Fatalf("stored record: %+v, %v", rec, err)
 	}
 }
 

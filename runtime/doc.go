@@ -38,9 +38,10 @@
 // Go cannot stop a goroutine. A tool that ignores its context past the
 // deadline is abandoned: Execute returns at the deadline with a
 // [TimeoutError], the attempt is recorded ABORTED then ROLLED_BACK, its
-// transaction refuses further writes and its handles are closed, but the
-// goroutine runs on until the tool returns. Tools that must be stoppable
-// belong in a separate process.
+// transaction refuses further reads and writes, and its Env can open nothing
+// more (files it already opened stay open). The goroutine runs on until the
+// tool returns, and keeps its execution slot until then. Tools that must be
+// stoppable belong in a separate process.
 //
 // # Concurrency
 //

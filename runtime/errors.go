@@ -10,8 +10,11 @@ import (
 )
 
 // The error classes of RFC-0001 7.1. Every error Execute returns for an
-// attempt that ended short of COMPLETED matches exactly one of them with
-// errors.Is, and can be unpacked with errors.As into the matching type.
+// attempt that ended short of COMPLETED is one of the matching types
+// (errors.As), and matches its class with errors.Is. Two cases carry more:
+// when the attempt's record could not be written, a *StateError is joined
+// after the cause (so errors.Is(err, ErrState) is then also true); and an
+// ExecutionError wraps the tool's own error, whatever that error is.
 var (
 	ErrValidation    = errors.New("runtime: validation error")
 	ErrAuthorization = errors.New("runtime: authorization error")
@@ -123,13 +126,18 @@ func (e *ExecutionError) code() string {
 	return "tool_error"
 }
 
-// TimeoutError: the attempt ran past its max execution time (rule 5).
+// TimeoutError: the attempt ran past its max execution time (rule 5), or
+// past the deadline of the caller's context (Caller).
 type TimeoutError struct {
-	Tool  string
-	Limit time.Duration
+	Tool   string
+	Limit  time.Duration // the tool's max execution time; 0 when Caller
+	Caller bool          // the caller's own deadline passed first
 }
 
 func (e *TimeoutError) Error() string {
+	if e.Caller {
+		return fmt.Sprintf("runtime: %s: the caller's deadline passed", e.Tool)
+	}
 	return fmt.Sprintf("runtime: %s timed out after %v", e.Tool, e.Limit)
 }
 func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
@@ -162,14 +170,24 @@ type classified interface {
 	code() string
 }
 
+// classOf returns the outermost classified error in err's chain: the class
+// of the attempt. A tool's own error wrapped inside an ExecutionError, or a
+// StateError joined after the cause, does not change it.
+func classOf(err error) classified {
+	var c classified
+	if errors.As(err, &c) {
+		return c
+	}
+	return nil
+}
+
 // errorInfo describes err for a result and a record.
 func errorInfo(err error) *ErrorInfo {
 	if err == nil {
 		return nil
 	}
 	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: err.Error()}
-	var c classified
-	if errors.As(err, &c) {
+	if c := classOf(err); c != nil {
 		info.Code = c.code()
 		info.Type = strings.TrimPrefix(fmt.Sprintf("%T", c), "*runtime.")
 	}

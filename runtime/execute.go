@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/audit"
@@ -37,7 +38,8 @@ var errLimit = errors.New("runtime: max execution time reached")
 // Execute returns when the attempt's deadline passes even if the tool
 // ignores its context; such a tool's goroutine is abandoned (Go cannot stop
 // it), its state transaction is already rolled back and refuses further
-// writes, and its Env handles are closed.
+// use, and its Env opens nothing more. See "Abandoned tools" in the package
+// documentation.
 func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) {
 	if err := r.enter(); err != nil {
 		return nil, err
@@ -77,19 +79,25 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 // ResourceErrors and TimeoutErrors only, fewer than MaxRetries retries so
 // far, and never once the caller has given up.
 func (r *Runtime) retryable(decl *tools.Declaration, err error, attempt int) bool {
-	if !decl.Idempotent || attempt-1 >= r.opts.Retry.MaxRetries {
-		return false
+	if !decl.Idempotent || attempt-1 >= r.opts.Retry.MaxRetries || errors.Is(err, ErrState) {
+		return false // a StateError joined to the cause (the record could not be written) is never retried
 	}
-	var re *ResourceError
-	return errors.Is(err, ErrTimeout) || errors.As(err, &re) && re.Transient
+	switch c := classOf(err).(type) {
+	case *TimeoutError:
+		return true
+	case *ResourceError:
+		return c.Transient
+	}
+	return false
 }
 
 // backoff returns the wait before retry number n (1-based): exponential,
 // capped, with jitter over its upper half so concurrent callers spread out.
 func (r *Runtime) backoff(n int) time.Duration {
-	d := r.opts.Retry.MaxDelay
-	if n < 32 {
-		d = min(r.opts.Retry.BaseDelay<<(n-1), r.opts.Retry.MaxDelay)
+	base, max := r.opts.Retry.BaseDelay, r.opts.Retry.MaxDelay
+	d := max
+	if n < 63 && base <= max>>(n-1) { // no overflow: base<<(n-1) <= max
+		d = base << (n - 1)
 	}
 	if d <= 0 {
 		return 0
@@ -149,13 +157,21 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	m.Fire(lifecycle.EventGranted, "")
 
 	// Rule 3: resource availability.
-	release, err := r.acquire(ctx)
+	release, err := c.acquire(ctx)
 	if err != nil {
 		return c.end(ctx, m, rec, lifecycle.EventAbort, err)
 	}
-	defer release()
+	handedOff := false // once the tool runs, its goroutine releases the slot
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
 
 	// Rule 4: the state transaction begins; persisting EXECUTING is the claim.
+	if ctx.Err() != nil {
+		return c.end(ctx, m, rec, lifecycle.EventAbort, c.ctxError(ctx, ctx))
+	}
 	start, _ := m.Next(lifecycle.EventStart, "", r.opts.Now())
 	rec.State = string(lifecycle.Executing)
 	rec.Transitions = transitions(append(m.History(), start))
@@ -170,7 +186,8 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	}
 
 	// Rules 5 to 8: execute under the deadline, through the granted handles.
-	out, err := c.run(ctx, n, tx)
+	handedOff = true
+	out, err := c.run(ctx, n, tx, release)
 	if err != nil {
 		return c.rollback(m, rec, tx, err)
 	}
@@ -193,10 +210,7 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 		rec.Output, rec.OutputHash = nil, ""
 		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
 	}
-	if tx.Active() {
-		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: errors.New("transaction not completed")})
-	}
-	m.FireAt(lifecycle.EventOK, "", ok.At)
+	m.FireAt(lifecycle.EventOK, "", ok.At) // Commit ended the transaction: rule 10 holds
 
 	// Rule 11: the record just committed carries every transition.
 	return c.attemptOf(m, rec, nil), out, nil
@@ -216,8 +230,13 @@ func (c *call) validateInput() error {
 	return nil
 }
 
-// acquire takes an execution slot, waiting up to SlotWait.
-func (r *Runtime) acquire(ctx context.Context) (release func(), err error) {
+// acquire takes an execution slot, waiting up to SlotWait. The returned
+// release must be called exactly once.
+func (c *call) acquire(ctx context.Context) (release func(), err error) {
+	r := c.r
+	if ctx.Err() != nil {
+		return nil, c.ctxError(ctx, ctx)
+	}
 	release = func() { <-r.slots }
 	select {
 	case r.slots <- struct{}{}:
@@ -237,7 +256,7 @@ func (r *Runtime) acquire(ctx context.Context) (release func(), err error) {
 	case <-t.C:
 		return nil, busy
 	case <-ctx.Done():
-		return nil, &ResourceError{Resource: "concurrency", Transient: true, Err: context.Cause(ctx)}
+		return nil, c.ctxError(ctx, ctx)
 	}
 }
 
@@ -248,32 +267,45 @@ type outcome struct {
 
 // run executes the tool body in its own goroutine under the max execution
 // time, recovering a panic, and returns at the deadline whether or not the
-// tool does.
-func (c *call) run(ctx context.Context, n int, tx *txn.Tx) (json.RawMessage, error) {
+// tool does. The goroutine releases the execution slot when the tool
+// actually returns, so an abandoned tool keeps its slot.
+func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json.RawMessage, error) {
 	limit := c.decl.ResourceLimits.MaxExecutionTime
 	tctx, cancel := context.WithTimeoutCause(ctx, limit, errLimit)
 	defer cancel()
+	grants := c.r.grants(c.inv)
 	env := &tools.Env{
 		ExecutionID: tx.ID(),
 		CallID:      c.inv.CallID,
 		Attempt:     n,
 		Principal:   c.inv.Principal,
-		Grants:      c.r.grants(c.inv),
+		Grants:      grants,
 		Limits:      c.decl.ResourceLimits,
-		State:       tx,
+		State:       &stateHandle{tx: tx, grants: slices.Clone(grants)},
 		WorkDir:     c.r.opts.WorkDir,
 	}
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block
 	go func() {
+		var o outcome
+		returned := false
 		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{err: &ExecutionError{Tool: c.decl.ID, Panic: p, Stack: debug.Stack(), Err: fmt.Errorf("panic: %v", p)}}
+			if !returned {
+				if p := recover(); p != nil {
+					o = outcome{err: &ExecutionError{Tool: c.decl.ID, Panic: p, Stack: debug.Stack(), Err: fmt.Errorf("panic: %v", p)}}
+				} else {
+					o = outcome{err: &ExecutionError{Tool: c.decl.ID, Err: errors.New("the tool called runtime.Goexit")}}
+				}
 			}
+			release() // before the send, so a caller that got the outcome finds the slot free
+			done <- o
 		}()
-		out, err := c.entry.Tool().Execute(tctx, env, c.inv.Input)
-		done <- outcome{out, err}
+		o.out, o.err = c.entry.Tool().Execute(tctx, env, c.inv.Input)
+		if o.err != nil {
+			o.err = c.toolError(o.err)
+		}
+		returned = true
 	}()
 
 	select {
@@ -282,10 +314,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx) (json.RawMessage, err
 			// Finished, but not within the limit (or after a cancel).
 			return nil, c.ctxError(ctx, tctx)
 		}
-		if o.err != nil {
-			return nil, c.toolError(o.err)
-		}
-		return o.out, nil
+		return o.out, o.err
 	case <-tctx.Done():
 		return nil, c.ctxError(ctx, tctx)
 	}
@@ -293,19 +322,21 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx) (json.RawMessage, err
 
 // ctxError classifies the end of an attempt's context.
 func (c *call) ctxError(ctx, tctx context.Context) error {
-	if context.Cause(tctx) == errLimit || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if context.Cause(tctx) == errLimit {
 		return &TimeoutError{Tool: c.decl.ID, Limit: c.decl.ResourceLimits.MaxExecutionTime}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &TimeoutError{Tool: c.decl.ID, Caller: true}
 	}
 	return &ExecutionError{Tool: c.decl.ID, Canceled: true, Err: context.Cause(ctx)}
 }
 
-// toolError classifies an error the tool returned.
+// toolError classifies an error the tool returned. Only the handles' own
+// errors change the class; anything else, even an error of this package
+// that the tool passed on, is the tool's failure: an ExecutionError.
 func (c *call) toolError(err error) error {
-	var ee *ExecutionError
 	var le *tools.LimitError
 	switch {
-	case errors.As(err, &ee):
-		return ee
 	case errors.Is(err, tools.ErrAccessDenied):
 		return &AuthorizationError{Principal: c.inv.Principal, Tool: c.decl.ID, Err: err}
 	case errors.As(err, &le):
@@ -317,8 +348,13 @@ func (c *call) toolError(err error) error {
 // aborts reports whether err ends an attempt through ABORTED (timeout,
 // limit, cancel) rather than straight to ROLLED_BACK.
 func aborts(err error) bool {
-	var ee *ExecutionError
-	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrResource) || errors.As(err, &ee) && ee.Canceled
+	switch c := classOf(err).(type) {
+	case *TimeoutError, *ResourceError:
+		return true
+	case *ExecutionError:
+		return c.Canceled
+	}
+	return false
 }
 
 // end finishes an attempt that never started executing: it fires ev (and,

@@ -107,7 +107,7 @@ func invoke(id, input string) tgruntime.Invocation {
 // stateOf reads the committed value of test/last.
 func stateOf(t *testing.T, rt *tgruntime.Runtime) (string, bool) {
 	t.Helper()
-	v, ok, err := rt.Store().StateValue(context.Background(), "test", "last")
+	v, ok, err := rt.StateValue(context.Background(), "test", "last")
 	if err != nil {
 		t.Fatalf("StateValue: %v", err)
 	}
@@ -117,7 +117,7 @@ func stateOf(t *testing.T, rt *tgruntime.Runtime) (string, bool) {
 // record loads the stored record of an execution.
 func record(t *testing.T, rt *tgruntime.Runtime, id string) *txn.Record {
 	t.Helper()
-	rec, err := rt.Store().Get(context.Background(), id)
+	rec, err := rt.Execution(context.Background(), id)
 	if err != nil {
 		t.Fatalf("Get(%s): %v", id, err)
 	}

@@ -102,18 +102,18 @@ func TestExecute_NoRetryForOtherErrors(t *testing.T) {
 	}
 	t.Run("validation error", func(t *testing.T) {
 		rt, _ := openRuntime(t, nil, echo("test.x", idempotent))
-		res, _ := rt.Execute(context.Background(), invoke("test.x", `{}`))
-		if len(res.Attempts) != 1 {
-			t.Fatalf("%d attempts", len(res.Attempts))
+		res, err := rt.Execute(context.Background(), invoke("test.x", `{}`))
+		if !errors.Is(err, tgruntime.ErrValidation) || len(res.Attempts) != 1 {
+			t.Fatalf("err %v, %d attempts", err, len(res.Attempts))
 		}
 	})
 	t.Run("authorization error", func(t *testing.T) {
 		rt, _ := openRuntime(t, nil, echo("test.x", idempotent))
 		inv := invoke("test.x", `{"msg":"x"}`)
 		inv.Principal = "nobody"
-		res, _ := rt.Execute(context.Background(), inv)
-		if len(res.Attempts) != 1 {
-			t.Fatalf("%d attempts", len(res.Attempts))
+		res, err := rt.Execute(context.Background(), inv)
+		if !errors.Is(err, tgruntime.ErrAuthorization) || len(res.Attempts) != 1 {
+			t.Fatalf("err %v, %d attempts", err, len(res.Attempts))
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/toolgate/toolgate/capability"
@@ -59,6 +60,11 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		o.WorkDir = wd
 	}
 	o.Registry.Freeze()
+	grants := make(map[string][]capability.Capability, len(o.Grants))
+	for p, g := range o.Grants {
+		grants[p] = slices.Clone(g) // the caller's map may change later; ours does not
+	}
+	o.Grants = grants
 	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
@@ -77,8 +83,21 @@ func Open(path string, opts *Options) (*Runtime, error) {
 // Registry returns the runtime's (frozen) registry.
 func (r *Runtime) Registry() *tools.Registry { return r.reg }
 
-// Store returns the runtime's store, for inspection.
-func (r *Runtime) Store() *txn.Store { return r.store }
+// Execution returns the stored record of one attempt, or an error wrapping
+// txn.ErrNotFound.
+func (r *Runtime) Execution(ctx context.Context, executionID string) (*txn.Record, error) {
+	return r.store.Get(ctx, executionID)
+}
+
+// Executions returns the stored records matching f, oldest first.
+func (r *Runtime) Executions(ctx context.Context, f txn.Filter) ([]*txn.Record, error) {
+	return r.store.List(ctx, f)
+}
+
+// StateValue reads committed tool-visible state.
+func (r *Runtime) StateValue(ctx context.Context, namespace, key string) ([]byte, bool, error) {
+	return r.store.StateValue(ctx, namespace, key)
+}
 
 // Close stops accepting invocations, waits for running ones to end, and
 // closes the database. If ctx ends first, the running attempts are aborted
@@ -116,11 +135,8 @@ func (r *Runtime) enter() error {
 	return nil
 }
 
-// grants returns what principal holds for this invocation.
+// grants returns a fresh slice of what the principal holds for this
+// invocation: a tool that changes it changes nothing else.
 func (r *Runtime) grants(inv *Invocation) []capability.Capability {
-	g := r.opts.Grants[inv.Principal]
-	if len(inv.Grants) == 0 {
-		return g
-	}
-	return append(append([]capability.Capability(nil), g...), inv.Grants...)
+	return slices.Concat(r.opts.Grants[inv.Principal], inv.Grants)
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
+	"golang.org/x/mod/semver"
 )
 
 // Registry holds tools keyed by id and version. Tools are registered while
@@ -21,8 +22,9 @@ type Registry struct {
 	tools  map[string][]*Entry // by id, versions ascending
 }
 
-// NewRegistry returns an empty, unfrozen registry.
-func NewRegistry() *Registry { return &Registry{tools: make(map[string][]*Entry)} }
+// NewRegistry returns an empty, unfrozen registry. The zero Registry is
+// ready to use too.
+func NewRegistry() *Registry { return &Registry{} }
 
 // Entry is a registered tool with its compiled schemas.
 type Entry struct {
@@ -83,9 +85,12 @@ func (r *Registry) Register(t Tool) error {
 	}
 	versions := r.tools[decl.ID]
 	for _, e := range versions {
-		if e.decl.Version == decl.Version {
-			return fmt.Errorf("%w: %s", ErrDuplicate, decl.Key())
+		if compareVersions(e.decl.Version, decl.Version) == 0 { // 1.0.0 and 1.0.0+build are one version
+			return fmt.Errorf("%w: %s (registered as %s)", ErrDuplicate, decl.Key(), e.decl.Version)
 		}
+	}
+	if r.tools == nil {
+		r.tools = make(map[string][]*Entry)
 	}
 	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out})
 	slices.SortFunc(versions, func(a, b *Entry) int { return compareVersions(a.decl.Version, b.decl.Version) })
@@ -103,8 +108,9 @@ func (r *Registry) Freeze() {
 // Frozen reports whether Freeze has been called.
 func (r *Registry) Frozen() bool { return r.frozen.Load() }
 
-// Lookup returns the tool id at version, or at its highest version when
-// version is "". It returns ErrNotFrozen, or an error wrapping
+// Lookup returns the tool id at version, or when version is "" at its
+// highest release version (a pre-release only if it has nothing else). It
+// returns ErrNotFrozen, or an error wrapping
 // ErrToolNotFound or ErrVersionNotFound.
 func (r *Registry) Lookup(id, version string) (*Entry, error) {
 	if !r.frozen.Load() {
@@ -115,6 +121,11 @@ func (r *Registry) Lookup(id, version string) (*Entry, error) {
 		return nil, fmt.Errorf("%w: %q", ErrToolNotFound, id)
 	}
 	if version == "" {
+		for i := len(versions) - 1; i >= 0; i-- {
+			if semver.Prerelease("v"+versions[i].decl.Version) == "" {
+				return versions[i], nil
+			}
+		}
 		return versions[len(versions)-1], nil
 	}
 	for _, e := range versions {

@@ -419,3 +419,38 @@ func TestRegistry_Register_concurrent(t *testing.T) {
 		t.Errorf("highest = %s; want 1.0.9", d.Version)
 	}
 }
+
+func TestRegistry_zeroValue(t *testing.T) {
+	var r tools.Registry
+	if err := r.Register(rawTool(withVersion("a.tool", "1.0.0"))); err != nil {
+		t.Fatal(err)
+	}
+	r.Freeze()
+	if _, err := r.Lookup("a.tool", ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Build metadata does not make another version (semver precedence), and a
+// bare lookup prefers the highest release over a newer pre-release.
+func TestRegistry_versionPrecedence(t *testing.T) {
+	r := tools.NewRegistry()
+	if err := r.Register(rawTool(withVersion("a.tool", "1.0.0+build.1"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(rawTool(withVersion("a.tool", "1.0.0+build.2"))); !errors.Is(err, tools.ErrDuplicate) {
+		t.Fatalf("Register(1.0.0+build.2) = %v, want ErrDuplicate", err)
+	}
+	for _, v := range []string{"1.9.0", "2.0.0-rc.1"} {
+		if err := r.Register(rawTool(withVersion("a.tool", v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Freeze()
+	if e, err := r.Lookup("a.tool", ""); err != nil || e.Declaration().Version != "1.9.0" {
+		t.Fatalf("Lookup(\"\") = %v, %v; want 1.9.0", e.Declaration().Version, err)
+	}
+	if e, err := r.Lookup("a.tool", "2.0.0-rc.1"); err != nil || e.Declaration().Version != "2.0.0-rc.1" {
+		t.Fatalf("explicit pre-release lookup: %v", err)
+	}
+}

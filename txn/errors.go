@@ -44,4 +44,8 @@ var (
 	// also wraps the cause. Nothing of the update was applied and the Tx is
 	// still active, so the caller can Rollback.
 	ErrCommit = errors.New("txn: commit failed")
+
+	// ErrConflict reports, wrapped in ErrCommit, that state the transaction
+	// read was changed by another commit before this one.
+	ErrConflict = errors.New("txn: conflict")
 )

@@ -24,6 +24,7 @@ type Tx struct {
 	mu     sync.Mutex
 	done   bool
 	writes map[string]map[string]op // namespace -> key -> pending op; nil once done
+	reads  map[string]map[string]op // namespace -> key -> what the first read from the store saw
 }
 
 // op is a buffered write: a put of value, or a delete.
@@ -58,7 +59,35 @@ func (t *Tx) Get(namespace, key string) ([]byte, bool, error) {
 		}
 		return bytes.Clone(o.value), true, nil
 	}
-	return t.store.StateValue(context.Background(), namespace, key)
+	v, found, err := t.store.StateValue(context.Background(), namespace, key)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, seen := t.reads[namespace][key]; !seen {
+		if t.reads == nil {
+			t.reads = make(map[string]map[string]op)
+		}
+		if t.reads[namespace] == nil {
+			t.reads[namespace] = make(map[string]op)
+		}
+		t.reads[namespace][key] = op{value: bytes.Clone(v), deleted: !found}
+	}
+	return v, found, nil
+}
+
+// checkReads fails with ErrConflict when a key the Tx read from the store
+// has changed since: optimistic concurrency, so two read-modify-write
+// transactions on one key cannot both commit.
+func (t *Tx) checkReads(tx *bolt.Tx) error {
+	for ns, keys := range t.reads {
+		for key, saw := range keys {
+			now, found := readState(tx, ns, key)
+			if found == saw.deleted || found && !bytes.Equal(now, saw.value) {
+				return fmt.Errorf("%w: %s/%s changed since this transaction read it", ErrConflict, ns, key)
+			}
+		}
+	}
+	return nil
 }
 
 // Put buffers a write of a copy of value to key in namespace. A nil value is
@@ -110,6 +139,9 @@ func (t *Tx) Commit(ctx context.Context, final *Record) error {
 		return err
 	}
 	err = t.store.update(ctx, func(tx *bolt.Tx) error {
+		if err := t.checkReads(tx); err != nil {
+			return err
+		}
 		if err := applyWrites(tx, t.writes); err != nil {
 			return err
 		}

@@ -522,3 +522,61 @@ func TestTx_DoesNotHoldWriter(t *testing.T) {
 		t.Errorf("state after both commits = %v, want %v", got, want)
 	}
 }
+
+// Two read-modify-write transactions on one key: the second to commit sees
+// that what it read has changed and fails with ErrConflict, applying
+// nothing; no update is lost.
+func TestTx_Commit_Conflict(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	seed, err := s.Begin(ctx, executing("seed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed.Put("n", "k", []byte("x"))
+	if err := seed.Commit(ctx, finalOf("seed")); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Begin(ctx, executing("a"))
+	b, _ := s.Begin(ctx, executing("b"))
+	for _, tx := range []*txn.Tx{a, b} {
+		v, _, err := tx.Get("n", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.Put("n", "k", append(v, 'x'))
+	}
+	if err := a.Commit(ctx, finalOf("a")); err != nil {
+		t.Fatal(err)
+	}
+	err = b.Commit(ctx, finalOf("b"))
+	if !errors.Is(err, txn.ErrConflict) || !errors.Is(err, txn.ErrCommit) || !b.Active() {
+		t.Fatalf("second Commit = %v (active %v), want ErrConflict and still active", err, b.Active())
+	}
+	if v, _, _ := s.StateValue(ctx, "n", "k"); string(v) != "xx" {
+		t.Fatalf("value %q, want xx", v)
+	}
+	// A read of a missing key conflicts with its creation too.
+	c, _ := s.Begin(ctx, executing("c"))
+	if _, found, _ := c.Get("n", "new"); found {
+		t.Fatal("found")
+	}
+	d, _ := s.Begin(ctx, executing("d"))
+	d.Put("n", "new", []byte("1"))
+	if err := d.Commit(ctx, finalOf("d")); err != nil {
+		t.Fatal(err)
+	}
+	c.Put("n", "other", []byte("1"))
+	if err := c.Commit(ctx, finalOf("c")); !errors.Is(err, txn.ErrConflict) {
+		t.Fatalf("Commit after a read key was created = %v, want ErrConflict", err)
+	}
+	// Blind writes never conflict.
+	e, _ := s.Begin(ctx, executing("e"))
+	e.Put("n", "k", []byte("blind"))
+	if err := e.Commit(ctx, finalOf("e")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func executing(id string) *txn.Record { return newRecord(id, "t", "EXECUTING") }
+func finalOf(id string) *txn.Record   { return newRecord(id, "t", "COMPLETED") }

@@ -60,7 +60,7 @@ directory.
 			if err != nil {
 				return err
 			}
-			defer rt.Close(context.Background())
+			defer rt.Close(context.Background()) // idempotent; the success path checks its error below
 			res, err := rt.Execute(cmd.Context(), tgruntime.Invocation{
 				Tool: id, Version: version, Input: in, CallID: callID,
 				Principal: principal(), Grants: grants,
@@ -73,6 +73,15 @@ directory.
 			}
 			if perr := printResult(stdio, g.json, res, err); perr != nil {
 				return internalErr(perr)
+			}
+			if cerr := rt.Close(context.Background()); cerr != nil {
+				return internalErr(cerr)
+			}
+			// The attempt's record could not be written: what happened is not
+			// durably known, whatever the state says.
+			var se *tgruntime.StateError
+			if errors.As(err, &se) && (res.Error == nil || res.Error.Type != "StateError") {
+				return internalErr(err)
 			}
 			if code := exitCode(res); code != ExitCompleted {
 				return &exitError{code: code}

@@ -1,0 +1,7 @@
+package runtime
+
+import "github.com/toolgate/toolgate/txn"
+
+// StoreOf exposes the store to tests that must break it under a running
+// runtime.
+func StoreOf(r *Runtime) *txn.Store { return r.store }

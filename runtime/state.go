@@ -1,0 +1,50 @@
+package runtime
+
+import (
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// stateHandle is the tool's view of its transaction: reads need
+// state.read or state.write on the namespace, writes need state.write.
+// Anything else is a *tools.AccessError. It hides the *txn.Tx, so a tool
+// cannot commit or roll back its own transaction.
+type stateHandle struct {
+	tx     *txn.Tx
+	grants []capability.Capability
+}
+
+var _ tools.State = (*stateHandle)(nil)
+
+func (s *stateHandle) allow(namespace string, names ...string) error {
+	for _, name := range names {
+		for _, g := range s.grants {
+			if g.Covers(capability.Capability{Name: name, Scope: namespace}) {
+				return nil
+			}
+		}
+	}
+	return &tools.AccessError{Capability: names[0] + ":" + namespace, Reason: "namespace not granted"}
+}
+
+func (s *stateHandle) Get(namespace, key string) ([]byte, bool, error) {
+	if err := s.allow(namespace, "state.read", "state.write"); err != nil {
+		return nil, false, err
+	}
+	return s.tx.Get(namespace, key)
+}
+
+func (s *stateHandle) Put(namespace, key string, value []byte) error {
+	if err := s.allow(namespace, "state.write"); err != nil {
+		return err
+	}
+	return s.tx.Put(namespace, key, value)
+}
+
+func (s *stateHandle) Delete(namespace, key string) error {
+	if err := s.allow(namespace, "state.write"); err != nil {
+		return err
+	}
+	return s.tx.Delete(namespace, key)
+}
