@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestExecute_CommitFailure(t *testing.T) {
 	}
 	// The store was gone, so the rollback record could not be written either:
 	// the error says so, and the file still shows the claim, EXECUTING, never
-	// COMPLETED (crash recovery on the next Open finishes it: issue 3).
+	// COMPLETED, until the next runtime.Open recovers it.
 	if !errors.As(r.err, &se) || !strings.Contains(r.err.Error(), "rollback") {
 		t.Fatalf("err = %v, want the failed rollback record reported too", r.err)
 	}
@@ -116,6 +117,19 @@ func TestExecute_CommitFailure(t *testing.T) {
 	rec, err := store.Get(context.Background(), r.res.ExecutionID)
 	if err != nil || rec.State != "EXECUTING" {
 		t.Fatalf("stored record: %+v, %v", rec, err)
+	}
+	store.Close()
+	rt2, err := tgruntime.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(context.Background())
+	rec, err = rt2.Execution(context.Background(), r.res.ExecutionID)
+	if err != nil || rec.State != "ROLLED_BACK" || rec.Error.Code != "interrupted" {
+		t.Fatalf("after recovery: %+v, %v", rec, err)
+	}
+	if got := statePath(rec); !slices.Equal(got, pathAborted) {
+		t.Fatalf("recovered path %v, want %v", got, pathAborted)
 	}
 }
 

@@ -45,6 +45,9 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 		return nil, err
 	}
 	defer r.inflight.Done()
+	if err := r.store.Err(); err != nil {
+		return nil, &StateError{Op: "open", Err: err} // poisoned: refuse rather than guess what is durable
+	}
 	entry, err := r.reg.Lookup(inv.Tool, inv.Version)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)

@@ -40,7 +40,7 @@ func checkAttempt(t *testing.T, rt *tgruntime.Runtime, res *tgruntime.Result, wa
 		t.Fatalf("last attempt %+v does not match result", last)
 	}
 	rec := record(t, rt, res.ExecutionID)
-	if got := path(rec); !slices.Equal(got, wantPath) {
+	if got := statePath(rec); !slices.Equal(got, wantPath) {
 		t.Fatalf("recorded path %v, want %v", got, wantPath)
 	}
 	if rec.State != string(want) || rec.CallID != res.CallID || rec.ToolID != res.Tool {

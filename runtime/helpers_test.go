@@ -125,7 +125,7 @@ func record(t *testing.T, rt *tgruntime.Runtime, id string) *txn.Record {
 }
 
 // path returns the states a record went through, starting at DECLARED.
-func path(rec *txn.Record) []string {
+func statePath(rec *txn.Record) []string {
 	if len(rec.Transitions) == 0 {
 		return nil
 	}

@@ -7,8 +7,10 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -69,6 +71,10 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
+	if _, err := store.Recover(context.Background(), interrupted(o.Now())); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
+	}
 	stop, abort := context.WithCancel(context.Background())
 	return &Runtime{
 		opts:     o,
@@ -78,6 +84,24 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		stop:     stop,
 		abortAll: abort,
 	}, nil
+}
+
+// interrupted finishes a record a crash left EXECUTING: ABORTED, then
+// ROLLED_BACK, both with the reason "interrupted". The attempt is not run
+// again.
+func interrupted(at time.Time) func(*txn.Record) error {
+	return func(rec *txn.Record) error {
+		rec.Transitions = append(rec.Transitions,
+			txn.Transition{From: string(lifecycle.Executing), To: string(lifecycle.Aborted), Event: string(lifecycle.EventAbort), At: at, Reason: "interrupted"},
+			txn.Transition{From: string(lifecycle.Aborted), To: string(lifecycle.RolledBack), Event: string(lifecycle.EventRollback), At: at,
+				Reason: "interrupted: the process ended during execution; its writes never reached the database"})
+		rec.State = string(lifecycle.RolledBack)
+		rec.EndedAt = at
+		rec.Error = &txn.ErrorInfo{Type: "ExecutionError", Code: "interrupted",
+			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
+		rec.WriteSet = &txn.WriteSetSummary{}
+		return nil
+	}
 }
 
 // Registry returns the runtime's (frozen) registry.

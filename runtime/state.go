@@ -48,3 +48,18 @@ func (s *stateHandle) Delete(namespace, key string) error {
 	}
 	return s.tx.Delete(namespace, key)
 }
+
+func (s *stateHandle) Scan(namespace, prefix string, limit int) ([]tools.KV, error) {
+	if err := s.allow(namespace, "state.read", "state.write"); err != nil {
+		return nil, err
+	}
+	es, err := s.tx.Scan(namespace, prefix, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tools.KV, len(es))
+	for i, e := range es {
+		out[i] = tools.KV{Key: e.Key, Value: e.Value}
+	}
+	return out, nil
+}

@@ -19,6 +19,15 @@ type State interface {
 	Get(namespace, key string) (value []byte, found bool, err error)
 	Put(namespace, key string, value []byte) error
 	Delete(namespace, key string) error
+	// Scan returns the entries whose keys start with prefix, in key order,
+	// at most limit of them (limit <= 0: all).
+	Scan(namespace, prefix string, limit int) ([]KV, error)
+}
+
+// KV is one key and value of tool-visible state.
+type KV struct {
+	Key   string
+	Value []byte
 }
 
 // Env is what one attempt of a tool may touch. The runtime builds it from

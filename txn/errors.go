@@ -45,6 +45,12 @@ var (
 	// still active, so the caller can Rollback.
 	ErrCommit = errors.New("txn: commit failed")
 
+	// ErrPoisoned reports that an earlier commit failed with an I/O error
+	// (a full disk, a read-only file system, a failed fsync). What is
+	// durable is then not certain, so the Store refuses all further work;
+	// reopening the database recovers.
+	ErrPoisoned = errors.New("txn: store poisoned by a failed commit")
+
 	// ErrConflict reports, wrapped in ErrCommit, that state the transaction
 	// read was changed by another commit before this one.
 	ErrConflict = errors.New("txn: conflict")

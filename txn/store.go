@@ -29,6 +29,7 @@ var (
 	bucketExecutions = []byte("executions")
 	bucketIndex      = []byte("exec_index")
 	bucketState      = []byte("state")
+	bucketExecuting  = []byte("executing") // ids of records in EXECUTING: the claims to recover
 	keyFormat        = []byte("format")
 )
 
@@ -68,6 +69,13 @@ type Store struct {
 	db       *bolt.DB
 	readOnly bool
 	closed   atomic.Bool
+	poisoned atomic.Pointer[error]
+	hook     func(step string) error // test failpoints; nil in production
+	batches  atomic.Int64            // bbolt updates run by the committer
+
+	reqs    chan *writeReq // to the group committer
+	stop    chan struct{}  // closed by Close
+	stopped chan struct{}  // closed when the committer has exited
 }
 
 // Open opens the database at path, creating it (and its parent directory)
@@ -113,7 +121,16 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{path: path, db: db, readOnly: opts.ReadOnly}, nil
+	s := &Store{
+		path: path, db: db, readOnly: opts.ReadOnly,
+		reqs: make(chan *writeReq), stop: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	if opts.ReadOnly {
+		close(s.stopped)
+	} else {
+		go s.committer()
+	}
+	return s, nil
 }
 
 // openError translates an error from bolt.Open.
@@ -152,7 +169,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 			if err := checkFormat(path, tx.Bucket(bucketMeta)); err != nil {
 				return err
 			}
-			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState} {
+			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState, bucketExecuting} {
 				if tx.Bucket(name) == nil {
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrCorrupt, path, name)
 				}
@@ -161,7 +178,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 		})
 	}
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketIndex, bucketState} {
+		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketIndex, bucketState, bucketExecuting} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("%w: %s: bucket %q: %v", ErrIncompatible, path, name, err)
 			}
@@ -201,6 +218,10 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	if !s.readOnly {
+		close(s.stop)
+		<-s.stopped // the committer finishes the update in progress, if any
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("txn: close %s: %w", s.path, err)
 	}
@@ -219,9 +240,9 @@ func (s *Store) Put(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		return insertRecord(tx, rec.ExecutionID, data)
-	})
+	id := []byte(rec.ExecutionID)
+	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
+		func(tx *bolt.Tx) error { return insertRecord(tx, id, data) })
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.
@@ -340,22 +361,25 @@ func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][
 // and an invalid record ErrInvalidRecord. No bbolt transaction stays open
 // after Begin returns.
 func (s *Store) Begin(ctx context.Context, rec *Record) (*Tx, error) {
-	if err := s.Put(ctx, rec); err != nil {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	id := []byte(rec.ExecutionID)
+	err = s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
+		func(tx *bolt.Tx) error {
+			if err := insertRecord(tx, id, data); err != nil {
+				return err
+			}
+			if err := s.failpoint(StepClaim); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketExecuting).Put(id, nil)
+		})
+	if err != nil {
 		return nil, err
 	}
 	return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op)}, nil
-}
-
-// update runs fn in one bbolt write transaction, after checking that the
-// store is open and writable and ctx is not done.
-func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	if s.readOnly {
-		return ErrReadOnly
-	}
-	return translate(s.db.Update(fn))
 }
 
 // view runs fn in one bbolt read transaction, after checking that the store
@@ -370,6 +394,9 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
+	}
+	if err := s.poisonedErr(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
@@ -387,13 +414,26 @@ func translate(err error) error {
 	return err
 }
 
-// insertRecord stores a new record and appends its id to the creation-order
-// index.
-func insertRecord(tx *bolt.Tx, id string, data []byte) error {
-	execs, key := tx.Bucket(bucketExecutions), []byte(id)
-	if execs.Get(key) != nil {
+// recordAbsent fails with ErrExists if the execution has a record.
+func recordAbsent(tx *bolt.Tx, id []byte) error {
+	if tx.Bucket(bucketExecutions).Get(id) != nil {
 		return fmt.Errorf("%w: execution %q", ErrExists, id)
 	}
+	return nil
+}
+
+// recordPresent fails with ErrNotFound unless the execution has a record.
+func recordPresent(tx *bolt.Tx, id []byte) error {
+	if tx.Bucket(bucketExecutions).Get(id) == nil {
+		return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+	}
+	return nil
+}
+
+// insertRecord stores a new record and appends its id to the creation-order
+// index. recordAbsent has checked that the id is new.
+func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
+	id, execs := string(key), tx.Bucket(bucketExecutions)
 	index := tx.Bucket(bucketIndex)
 	seq, err := index.NextSequence()
 	if err != nil {
@@ -408,16 +448,14 @@ func insertRecord(tx *bolt.Tx, id string, data []byte) error {
 	return nil
 }
 
-// replaceRecord overwrites the record of an execution stored by Begin.
-func replaceRecord(tx *bolt.Tx, id string, data []byte) error {
-	execs, key := tx.Bucket(bucketExecutions), []byte(id)
-	if execs.Get(key) == nil {
-		return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+// finishRecord overwrites the record of an execution stored by Begin with
+// its terminal record and drops its claim from the executing index.
+// recordPresent has checked that it exists.
+func finishRecord(tx *bolt.Tx, key []byte, data []byte) error {
+	if err := tx.Bucket(bucketExecutions).Put(key, data); err != nil {
+		return fmt.Errorf("txn: store execution %q: %w", key, err)
 	}
-	if err := execs.Put(key, data); err != nil {
-		return fmt.Errorf("txn: store execution %q: %w", id, err)
-	}
-	return nil
+	return tx.Bucket(bucketExecuting).Delete(key)
 }
 
 // readState returns a copy of a committed state value.

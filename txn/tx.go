@@ -3,8 +3,11 @@ package txn
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +28,13 @@ type Tx struct {
 	done   bool
 	writes map[string]map[string]op // namespace -> key -> pending op; nil once done
 	reads  map[string]map[string]op // namespace -> key -> what the first read from the store saw
+	scans  map[string][32]byte      // namespace+"\x00"+prefix -> digest of what the first scan saw
+}
+
+// Entry is one key and value of tool-visible state.
+type Entry struct {
+	Key   string
+	Value []byte
 }
 
 // op is a buffered write: a put of value, or a delete.
@@ -75,6 +85,90 @@ func (t *Tx) Get(namespace, key string) ([]byte, bool, error) {
 	return v, found, nil
 }
 
+// Scan returns the entries of namespace whose keys start with prefix, in key
+// order, at most limit of them (limit <= 0: all). Like Get, it sees the Tx's
+// own writes over the committed state, and the commit fails with
+// ErrConflict if any committed key under the prefix was added, changed or
+// removed since the first scan of that prefix.
+func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return nil, ErrTxDone
+	}
+	if err := validateNamespace(namespace); err != nil {
+		return nil, err
+	}
+	var committed []Entry
+	err := t.store.view(context.Background(), func(tx *bolt.Tx) error {
+		committed = scanState(tx, namespace, prefix)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.scans == nil {
+		t.scans = make(map[string][32]byte)
+	}
+	if _, seen := t.scans[namespace+"\x00"+prefix]; !seen {
+		t.scans[namespace+"\x00"+prefix] = digest(committed)
+	}
+	merged := make(map[string][]byte, len(committed))
+	for _, e := range committed {
+		merged[e.Key] = e.Value
+	}
+	for key, o := range t.writes[namespace] {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		if o.deleted {
+			delete(merged, key)
+		} else {
+			merged[key] = bytes.Clone(o.value)
+		}
+	}
+	out := make([]Entry, 0, len(merged))
+	for k, v := range merged {
+		out = append(out, Entry{Key: k, Value: v})
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// scanState returns copies of the committed entries under prefix.
+func scanState(tx *bolt.Tx, namespace, prefix string) []Entry {
+	b := tx.Bucket(bucketState).Bucket([]byte(namespace))
+	if b == nil {
+		return nil
+	}
+	var out []Entry
+	c, p := b.Cursor(), []byte(prefix)
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
+	}
+	return out
+}
+
+// digest hashes a scan result unambiguously (lengths before contents).
+func digest(es []Entry) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, e := range es {
+		binary.BigEndian.PutUint64(n[:], uint64(len(e.Key)))
+		h.Write(n[:])
+		h.Write([]byte(e.Key))
+		binary.BigEndian.PutUint64(n[:], uint64(len(e.Value)))
+		h.Write(n[:])
+		h.Write(e.Value)
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
 // checkReads fails with ErrConflict when a key the Tx read from the store
 // has changed since: optimistic concurrency, so two read-modify-write
 // transactions on one key cannot both commit.
@@ -85,6 +179,12 @@ func (t *Tx) checkReads(tx *bolt.Tx) error {
 			if found == saw.deleted || found && !bytes.Equal(now, saw.value) {
 				return fmt.Errorf("%w: %s/%s changed since this transaction read it", ErrConflict, ns, key)
 			}
+		}
+	}
+	for k, d := range t.scans {
+		ns, prefix, _ := strings.Cut(k, "\x00")
+		if digest(scanState(tx, ns, prefix)) != d {
+			return fmt.Errorf("%w: keys under %s/%q changed since this transaction scanned them", ErrConflict, ns, prefix)
 		}
 	}
 	return nil
@@ -138,14 +238,23 @@ func (t *Tx) Commit(ctx context.Context, final *Record) error {
 	if err != nil {
 		return err
 	}
-	err = t.store.update(ctx, func(tx *bolt.Tx) error {
-		if err := t.checkReads(tx); err != nil {
+	s, id := t.store, []byte(t.id)
+	err = s.write(ctx, func(tx *bolt.Tx) error {
+		if err := s.failpoint(StepCheckReads); err != nil {
 			return err
 		}
-		if err := applyWrites(tx, t.writes); err != nil {
+		if err := recordPresent(tx, id); err != nil {
 			return err
 		}
-		return replaceRecord(tx, t.id, data)
+		return t.checkReads(tx)
+	}, func(tx *bolt.Tx) error {
+		if err := applyWrites(tx, t.writes, s.failpoint); err != nil {
+			return err
+		}
+		if err := s.failpoint(StepRecord); err != nil {
+			return err
+		}
+		return finishRecord(tx, id, data)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -176,9 +285,9 @@ func (t *Tx) Rollback(ctx context.Context, final *Record) error {
 	if err != nil {
 		return err
 	}
-	err = t.store.update(ctx, func(tx *bolt.Tx) error {
-		return replaceRecord(tx, t.id, data)
-	})
+	id := []byte(t.id)
+	err = t.store.write(ctx, func(tx *bolt.Tx) error { return recordPresent(tx, id) },
+		func(tx *bolt.Tx) error { return finishRecord(tx, id, data) })
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
 	}
@@ -230,7 +339,7 @@ func (t *Tx) end() {
 
 // applyWrites applies a buffered write-set to the committed state, creating
 // namespace buckets on first put.
-func applyWrites(tx *bolt.Tx, writes map[string]map[string]op) error {
+func applyWrites(tx *bolt.Tx, writes map[string]map[string]op, failpoint func(string) error) error {
 	state := tx.Bucket(bucketState)
 	for ns, ops := range writes {
 		b := state.Bucket([]byte(ns))
@@ -252,6 +361,9 @@ func applyWrites(tx *bolt.Tx, writes map[string]map[string]op) error {
 			}
 			if err := b.Put([]byte(key), o.value); err != nil {
 				return fmt.Errorf("txn: put %q in namespace %q: %w", key, ns, err)
+			}
+			if err := failpoint(StepApplyWrite); err != nil {
+				return err
 			}
 		}
 	}

@@ -1,0 +1,315 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+func dump(t *testing.T, s *txn.Store) map[string]map[string]string {
+	t.Helper()
+	d, err := txn.DumpState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Atomicity: a failure injected at each step of a commit leaves state,
+// execution record and claim exactly as before the commit.
+func TestTx_Commit_Atomic(t *testing.T) {
+	for _, step := range []string{txn.StepCheckReads, txn.StepApplyWrite, txn.StepRecord, txn.StepCommit} {
+		t.Run(step, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.db")
+			s := openStoreAt(t, path)
+			ctx := context.Background()
+			seed, _ := s.Begin(ctx, executing("seed"))
+			seed.Put("ns", "a", []byte("1"))
+			seed.Put("ns", "b", []byte("2"))
+			if err := seed.Commit(ctx, finalOf("seed")); err != nil {
+				t.Fatal(err)
+			}
+			before := dump(t, s)
+
+			tx, err := s.Begin(ctx, executing("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx.Get("ns", "a")
+			tx.Put("ns", "a", []byte("changed"))
+			tx.Delete("ns", "b")
+			tx.Put("other", "c", []byte("new"))
+			injected := errors.New("injected at " + step)
+			txn.SetFailpoint(s, func(st string) error {
+				if st == step {
+					return injected
+				}
+				return nil
+			})
+			err = tx.Commit(ctx, finalOf("x"))
+			if err == nil {
+				t.Fatal("Commit succeeded despite the failpoint")
+			}
+			txn.SetFailpoint(s, nil)
+			if step == txn.StepCommit {
+				// The update itself failed: the store is poisoned, and only a
+				// reopen tells what is durable.
+				if !errors.Is(err, txn.ErrPoisoned) {
+					t.Fatalf("err = %v, want ErrPoisoned", err)
+				}
+				if _, err := s.Get(ctx, "x"); !errors.Is(err, txn.ErrPoisoned) {
+					t.Fatalf("poisoned store served a read: %v", err)
+				}
+				s.Close()
+				s = openStoreAt(t, path)
+			} else if !errors.Is(err, injected) || !tx.Active() {
+				t.Fatalf("err = %v (active %v), want the injected error and an active tx", err, tx.Active())
+			}
+			if after := dump(t, s); !reflect.DeepEqual(before, after) {
+				t.Fatalf("state changed by a failed commit:\nbefore %v\nafter  %v", before, after)
+			}
+			rec, err := s.Get(ctx, "x")
+			if err != nil || rec.State != "EXECUTING" {
+				t.Fatalf("record after failed commit: %+v, %v", rec, err)
+			}
+			if claims, _ := txn.Claims(s); !reflect.DeepEqual(claims, []string{"x"}) {
+				t.Fatalf("claims = %v, want [x]", claims)
+			}
+		})
+	}
+}
+
+// Rollback exactness, as a property over random write-sets: whatever a
+// transaction buffered, a rollback or a failed commit leaves the state
+// byte-identical.
+func TestTx_Rollback_Property(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	key := func() string { return fmt.Sprintf("k%02d", rng.IntN(20)) }
+	ns := func() string { return []string{"a", "b", "c/d"}[rng.IntN(3)] }
+	value := func() []byte {
+		v := make([]byte, rng.IntN(64))
+		for i := range v {
+			v[i] = byte(rng.IntN(256))
+		}
+		return v
+	}
+	for i := range 300 {
+		id := fmt.Sprintf("e%d", i)
+		tx, err := s.Begin(ctx, executing(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range rng.IntN(30) {
+			switch rng.IntN(4) {
+			case 0:
+				tx.Delete(ns(), key())
+			case 1:
+				tx.Get(ns(), key())
+			default:
+				tx.Put(ns(), key(), value())
+			}
+		}
+		if i%3 == 0 { // every third commits, so the state is not empty
+			if err := tx.Commit(ctx, finalOf(id)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		before := dump(t, s)
+		if i%3 == 1 {
+			err = tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"))
+		} else {
+			txn.SetFailpoint(s, func(st string) error {
+				if st == txn.StepRecord {
+					return errors.New("injected")
+				}
+				return nil
+			})
+			if tx.Commit(ctx, finalOf(id)) == nil {
+				t.Fatal("commit succeeded despite the failpoint")
+			}
+			txn.SetFailpoint(s, nil)
+			err = tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := dump(t, s); !reflect.DeepEqual(before, after) {
+			t.Fatalf("iteration %d: state not byte-identical after rollback", i)
+		}
+	}
+}
+
+// Group commit: concurrent commits share updates, and one request's
+// failing write-set fails only that request.
+func TestStore_GroupCommit(t *testing.T) {
+	s := openStoreAt(t, filepath.Join(t.TempDir(), "g.db")) // fsync on: commits pile up behind it
+	ctx := context.Background()
+	const n = 64
+	var fails atomic.Int32
+	txn.SetFailpoint(s, func(st string) error {
+		if st == txn.StepApplyWrite && fails.CompareAndSwap(0, 1) {
+			return errors.New("injected into one write-set")
+		}
+		return nil
+	})
+	start := txn.Batches(s)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("g%02d", i)
+			tx, err := s.Begin(ctx, executing(id))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			tx.Put("g", id, []byte(id))
+			if errs[i] = tx.Commit(ctx, finalOf(id)); errs[i] != nil {
+				tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"))
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	state, _ := s.StateValues(ctx, "g")
+	for i, err := range errs {
+		id := fmt.Sprintf("g%02d", i)
+		if err != nil {
+			failed++
+			if _, ok := state[id]; ok {
+				t.Errorf("%s failed but its write is present", id)
+			}
+			continue
+		}
+		if string(state[id]) != id {
+			t.Errorf("%s committed but its write is missing", id)
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d commits failed, want exactly the one with the injected failure: %v", failed, errs)
+	}
+	// 2n writes (claims and commits) plus the redone batch: sharing means fewer updates.
+	if used := txn.Batches(s) - start; used >= 2*n {
+		t.Fatalf("%d bbolt updates for %d writes: no group commit", used, 2*n)
+	}
+}
+
+// A Store poisoned by a failed update refuses everything until reopened.
+func TestStore_Poisoned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	txn.SetFailpoint(s, func(st string) error {
+		if st == txn.StepCommit {
+			return errors.New("input/output error")
+		}
+		return nil
+	})
+	err := s.Put(ctx, newRecord("a", "t", "FAILED"))
+	if !errors.Is(err, txn.ErrPoisoned) || s.Err() == nil {
+		t.Fatalf("Put = %v, Err = %v; want poisoned", err, s.Err())
+	}
+	txn.SetFailpoint(s, nil)
+	if _, err := s.Begin(ctx, executing("b")); !errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("Begin on a poisoned store = %v", err)
+	}
+	if _, err := s.List(ctx, txn.Filter{}); !errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("List on a poisoned store = %v", err)
+	}
+	s.Close()
+	s = openStoreAt(t, path)
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+	if err := s.Put(ctx, newRecord("a", "t", "FAILED")); err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+}
+
+// Claims left by a crash are finished by Recover, once.
+func TestStore_Recover(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	tx, _ := s.Begin(ctx, executing("crashed"))
+	tx.Put("n", "k", []byte("never"))
+	done, _ := s.Begin(ctx, executing("done"))
+	done.Commit(ctx, finalOf("done"))
+	s.Close() // the process "dies" with "crashed" in EXECUTING
+
+	s = openStoreAt(t, path)
+	if claims, _ := txn.Claims(s); !reflect.DeepEqual(claims, []string{"crashed"}) {
+		t.Fatalf("claims before recovery: %v", claims)
+	}
+	recs, err := s.Recover(ctx, func(r *txn.Record) error {
+		r.State = "ROLLED_BACK"
+		r.Error = &txn.ErrorInfo{Type: "ExecutionError", Code: "interrupted", Message: "interrupted"}
+		return nil
+	})
+	if err != nil || len(recs) != 1 || recs[0].ExecutionID != "crashed" {
+		t.Fatalf("Recover = %v, %v", recs, err)
+	}
+	if rec, _ := s.Get(ctx, "crashed"); rec.State != "ROLLED_BACK" {
+		t.Fatalf("recovered record: %+v", rec)
+	}
+	if _, found, _ := s.StateValue(ctx, "n", "k"); found {
+		t.Fatal("an interrupted transaction's write is present")
+	}
+	if recs, _ := s.Recover(ctx, func(*txn.Record) error { t.Fatal("recovered twice"); return nil }); len(recs) != 0 {
+		t.Fatal("second Recover found claims")
+	}
+}
+
+func TestTx_Scan(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	seed, _ := s.Begin(ctx, executing("seed"))
+	for _, k := range []string{"a/1", "a/2", "a/3", "b/1"} {
+		seed.Put("n", k, []byte(k))
+	}
+	seed.Commit(ctx, finalOf("seed"))
+
+	tx, _ := s.Begin(ctx, executing("x"))
+	tx.Put("n", "a/0", []byte("mine"))
+	tx.Delete("n", "a/2")
+	got, err := tx.Scan("n", "a/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{}
+	for _, e := range got {
+		keys = append(keys, e.Key)
+	}
+	if !reflect.DeepEqual(keys, []string{"a/0", "a/1", "a/3"}) {
+		t.Fatalf("Scan keys %v", keys)
+	}
+	if lim, _ := tx.Scan("n", "a/", 2); len(lim) != 2 || lim[1].Key != "a/1" {
+		t.Fatalf("Scan with limit: %v", lim)
+	}
+	// A phantom: another commit adds a key under the scanned prefix.
+	other, _ := s.Begin(ctx, executing("other"))
+	other.Put("n", "a/9", []byte("phantom"))
+	if err := other.Commit(ctx, finalOf("other")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, finalOf("x")); !errors.Is(err, txn.ErrConflict) {
+		t.Fatalf("Commit after a phantom = %v, want ErrConflict", err)
+	}
+	state, _ := s.StateValues(ctx, "n")
+	if _, ok := state["a/0"]; ok || len(state) != 5 {
+		t.Fatalf("conflicting commit applied: %v", slices.Sorted(maps.Keys(state)))
+	}
+}

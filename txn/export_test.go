@@ -1,0 +1,39 @@
+package txn
+
+import bolt "go.etcd.io/bbolt"
+
+// SetFailpoint installs a hook called at each commit step (see the Step
+// constants); an error it returns is injected at that step.
+func SetFailpoint(s *Store, hook func(step string) error) { s.hook = hook }
+
+// DumpState returns every namespace's committed state, for byte-exact
+// comparisons.
+func DumpState(s *Store) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketState).ForEach(func(ns, _ []byte) error {
+			m := map[string]string{}
+			out[string(ns)] = m
+			return tx.Bucket(bucketState).Bucket(ns).ForEach(func(k, v []byte) error {
+				m[string(k)] = string(v)
+				return nil
+			})
+		})
+	})
+	return out, err
+}
+
+// Claims returns the ids in the executing index.
+func Claims(s *Store) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketExecuting).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Batches returns how many bbolt updates the committer has run.
+func Batches(s *Store) int64 { return s.batches.Load() }

@@ -1,0 +1,60 @@
+package txn
+
+import (
+	"context"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Recover finishes every attempt that a crash left EXECUTING: the claim is
+// on disk but neither a commit nor a rollback followed. finish receives each
+// such record and turns it into its terminal record (the runtime appends
+// ABORTED and ROLLED_BACK with the reason "interrupted"); all are stored in
+// one update and their claims dropped. Nothing needs undoing: a
+// transaction's writes reach the file only in its commit. Recovered attempts
+// are never run again. Recover returns the finished records.
+func (s *Store) Recover(ctx context.Context, finish func(*Record) error) ([]*Record, error) {
+	var done []*Record
+	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
+		done = done[:0]
+		claims := tx.Bucket(bucketExecuting)
+		var ids [][]byte
+		if err := claims.ForEach(func(k, _ []byte) error {
+			ids = append(ids, append([]byte(nil), k...))
+			return nil
+		}); err != nil {
+			return err
+		}
+		execs := tx.Bucket(bucketExecutions)
+		for _, id := range ids {
+			data := execs.Get(id)
+			if data == nil {
+				return fmt.Errorf("%w: claim %q has no record", ErrCorrupt, id)
+			}
+			rec, err := decodeRecord(string(id), data)
+			if err != nil {
+				return err
+			}
+			if err := finish(rec); err != nil {
+				return fmt.Errorf("txn: recover execution %q: %w", id, err)
+			}
+			if rec.ExecutionID != string(id) {
+				return fmt.Errorf("%w: recovery changed execution id %q to %q", ErrInvalidRecord, id, rec.ExecutionID)
+			}
+			out, err := encodeRecord(rec)
+			if err != nil {
+				return err
+			}
+			if err := finishRecord(tx, id, out); err != nil {
+				return err
+			}
+			done = append(done, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
+}

@@ -1,0 +1,159 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// maxBatch bounds how many writes share one bbolt update.
+const maxBatch = 512
+
+// writeReq is one write waiting for the group committer. check runs first
+// and may only read; if it fails, the request fails alone and nothing of it
+// is written. apply then writes; if it fails, the whole update is undone and
+// run again without it, so one request's failure never fails its
+// neighbours.
+type writeReq struct {
+	check func(*bolt.Tx) error
+	apply func(*bolt.Tx) error
+	done  chan error
+}
+
+// errAbortBatch makes bbolt roll back an update whose batch must be redone.
+var errAbortBatch = errors.New("txn: batch aborted")
+
+// write submits a request to the group committer and waits for the outcome:
+// nil only once the update holding it has been committed (and, unless
+// NoSync, fsynced). The caller's ctx is checked before the request is queued,
+// not after: a queued write always completes, so its outcome is never
+// unknown to the caller.
+func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	r := &writeReq{check: check, apply: apply, done: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.stop:
+		return ErrClosed
+	}
+	return <-r.done
+}
+
+// committer is the store's single writer. It takes whatever requests are
+// waiting, without a timer: a lone request is committed at once, and the
+// requests that arrive while an update (and its fsync) is in progress share
+// the next one. That is group commit: under load, many commits per fsync.
+func (s *Store) committer() {
+	defer close(s.stopped)
+	batch := make([]*writeReq, 0, maxBatch)
+	for {
+		select {
+		case r := <-s.reqs:
+			batch = append(batch[:0], r)
+		case <-s.stop:
+			return
+		}
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.reqs:
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		s.commitBatch(batch)
+		clear(batch)
+	}
+}
+
+// commitBatch applies a batch in one bbolt update and answers every request.
+func (s *Store) commitBatch(batch []*writeReq) {
+	if err := s.poisonedErr(); err != nil {
+		for _, r := range batch {
+			r.done <- err
+		}
+		return
+	}
+	results := make([]error, len(batch))
+	for len(batch) > 0 {
+		failed, failErr := -1, error(nil)
+		s.batches.Add(1)
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, r := range batch {
+				if results[i] = r.check(tx); results[i] != nil {
+					continue
+				}
+				if err := r.apply(tx); err != nil {
+					failed, failErr = i, err
+					return errAbortBatch
+				}
+			}
+			return s.failpoint(StepCommit)
+		})
+		if failed >= 0 {
+			// Undone by bbolt; answer the failed request and redo the rest.
+			batch[failed].done <- failErr
+			batch = append(batch[:failed], batch[failed+1:]...)
+			results = append(results[:failed], results[failed+1:]...)
+			continue
+		}
+		if err != nil {
+			// The update itself failed: a write or fsync error, a full disk, a
+			// read-only file system. bbolt rolled it back, but what reached the
+			// disk is not known for certain, so the store refuses all further
+			// work until it is reopened.
+			perr := s.poison(err)
+			for _, r := range batch {
+				r.done <- perr
+			}
+			return
+		}
+		for i, r := range batch {
+			r.done <- results[i]
+		}
+		return
+	}
+}
+
+// poison records the first commit failure; every later operation returns it.
+func (s *Store) poison(cause error) error {
+	err := fmt.Errorf("%w: %s: %v; reopen the database to recover", ErrPoisoned, s.path, cause)
+	s.poisoned.CompareAndSwap(nil, &err)
+	return *s.poisoned.Load()
+}
+
+// Err returns the error that poisoned the store (wrapping ErrPoisoned), or
+// nil while it is healthy.
+func (s *Store) Err() error { return s.poisonedErr() }
+
+func (s *Store) poisonedErr() error {
+	if p := s.poisoned.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Commit steps at which a test can inject a failure (see failpoint).
+const (
+	StepCheckReads = "check-reads" // before the read-set is validated
+	StepApplyWrite = "apply-write" // after each buffered write is applied
+	StepRecord     = "record"      // before the final record is stored
+	StepClaim      = "claim"       // before the executing index is updated
+	StepCommit     = "commit"      // after every request, before bbolt commits
+)
+
+// failpoint returns the error a test hook injects at step, or nil.
+func (s *Store) failpoint(step string) error {
+	if s.hook == nil {
+		return nil
+	}
+	return s.hook(step)
+}
