@@ -169,7 +169,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 			if err := checkFormat(path, tx.Bucket(bucketMeta)); err != nil {
 				return err
 			}
-			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState, bucketExecuting} {
+			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState} { // the claims index is only used by writers
 				if tx.Bucket(name) == nil {
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrCorrupt, path, name)
 				}

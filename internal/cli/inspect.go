@@ -1,0 +1,321 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// defaultLimit is how many records 'toolgate executions' lists by default.
+const defaultLimit = 50
+
+// timeMillis is RFC 3339 with milliseconds.
+const timeMillis = "2006-01-02T15:04:05.000Z07:00"
+
+const inspectLockHelp = `The database is opened read-only and never created. A read-only open takes a
+shared lock, which cannot coexist with the exclusive lock of a running
+'toolgate run' (or another writer): it then fails after a second with a
+"locked" error (exit 1); retry when the writer is done.`
+
+func newExecutionsCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		state, tool, call string
+		limit             int
+	)
+	cmd := &cobra.Command{
+		Use:   "executions",
+		Short: "List stored execution attempts, oldest first",
+		Long: `List the stored record of every execution attempt, oldest first: the newest
+--limit records (default 50, 0 for all) that match the filters. With --json,
+print the records as stored.
+
+` + inspectLockHelp,
+		Example: `  toolgate executions --state ROLLED_BACK
+  toolgate executions --tool file.read --limit 0 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := txn.Filter{CallID: call}
+			if state != "" {
+				s := lifecycle.State(strings.ToUpper(state))
+				if !s.Valid() {
+					names := make([]string, 0, len(lifecycle.States()))
+					for _, v := range lifecycle.States() {
+						names = append(names, string(v))
+					}
+					return usageErr("--state: unknown state %q; valid states: %s", state, strings.Join(names, ", "))
+				}
+				f.State = string(s)
+			}
+			toolID, version, _ := strings.Cut(tool, "@")
+			f.ToolID = toolID
+			if limit < 0 {
+				return usageErr("--limit: %d is negative (0 lists every record)", limit)
+			}
+			store, err := g.openReadOnly()
+			if err != nil {
+				return err
+			}
+			recs := []*txn.Record{}
+			if store != nil {
+				defer store.Close()
+				// txn.Filter.Limit keeps the oldest records; the newest are wanted.
+				all, err := store.List(cmd.Context(), f)
+				if err != nil {
+					return internalErr(err)
+				}
+				for _, r := range all {
+					if version == "" || r.ToolVersion == version {
+						recs = append(recs, r)
+					}
+				}
+				if limit > 0 && len(recs) > limit {
+					recs = recs[len(recs)-limit:]
+				}
+			}
+			if g.json {
+				return encodeJSON(stdio, recs)
+			}
+			if len(recs) == 0 {
+				fmt.Fprintln(stdio.Err, "no executions")
+				return nil
+			}
+			return writeExecutions(stdio.Out, recs)
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", "", "only records in this lifecycle state, e.g. ROLLED_BACK")
+	cmd.Flags().StringVar(&tool, "tool", "", "only records of this tool (TOOL or TOOL@VERSION)")
+	cmd.Flags().StringVar(&call, "call", "", "only the attempts of this call id")
+	cmd.Flags().IntVar(&limit, "limit", defaultLimit, "keep the newest N records; 0 keeps all")
+	return cmd
+}
+
+func writeExecutions(w io.Writer, recs []*txn.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXECUTION\tCALL\tTOOL\tATTEMPT\tSTATE\tSTARTED\tDURATION\tERROR")
+	for _, r := range recs {
+		errCode := "-"
+		if r.Error != nil {
+			errCode = r.Error.Code
+			if errCode == "" {
+				errCode = r.Error.Type
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%d\t%s\t%s\t%s\t%s\n",
+			clean(r.ExecutionID), clean(r.CallID), clean(r.ToolID), clean(r.ToolVersion), r.Attempt,
+			clean(r.State), formatTime(r.StartedAt, time.RFC3339), duration(r), clean(errCode))
+	}
+	return tw.Flush()
+}
+
+func newShowCmd(g *globals, stdio Stdio) *cobra.Command {
+	var stack bool
+	cmd := &cobra.Command{
+		Use:   "show EXECUTION_ID",
+		Short: "Show one stored execution attempt with its transitions",
+		Long: `Show the stored record of one execution attempt: its tool, principal, state,
+timing, granted capabilities, hashes, output, error, write-set, and every
+lifecycle transition with its reason. With --json, print the record as
+stored. An unknown execution id exits 2.
+
+` + inspectLockHelp,
+		Example: `  toolgate show 503e2686-8db3-4949-a623-c754fb676010
+  toolgate show 503e2686-8db3-4949-a623-c754fb676010 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			store, err := g.openReadOnly()
+			if err != nil {
+				return err
+			}
+			if store == nil {
+				return usageErr("no execution %s", clean(id))
+			}
+			defer store.Close()
+			rec, err := store.Get(cmd.Context(), id)
+			if errors.Is(err, txn.ErrNotFound) {
+				return usageErr("no execution %s", clean(id))
+			}
+			if err != nil {
+				return internalErr(err)
+			}
+			if g.json {
+				return encodeJSON(stdio, rec)
+			}
+			return writeRecord(stdio.Out, rec, stack)
+		},
+	}
+	cmd.Flags().BoolVar(&stack, "stack", false, "also print the error's stack trace, if one was recorded")
+	return cmd
+}
+
+func writeRecord(w io.Writer, r *txn.Record, stack bool) error {
+	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name+":", value) }
+	field("Execution", clean(r.ExecutionID))
+	field("Call", clean(r.CallID))
+	field("Tool", clean(r.ToolID)+"@"+clean(r.ToolVersion))
+	field("Attempt", strconv.Itoa(r.Attempt))
+	field("Principal", orDash(clean(r.Principal)))
+	field("State", clean(r.State))
+	field("Started", formatTime(r.StartedAt, timeMillis))
+	field("Ended", formatTime(r.EndedAt, timeMillis))
+	field("Duration", duration(r))
+	caps := make([]string, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		caps[i] = clean(c)
+	}
+	if len(caps) == 0 {
+		caps = []string{"(none)"}
+	}
+	field("Capabilities", strings.Join(caps, ", "))
+	field("Input hash", orDash(clean(r.InputHash)))
+	field("Output hash", orDash(clean(r.OutputHash)))
+	if len(r.Output) > 0 {
+		fmt.Fprintln(w, "Output:")
+		if err := writeJSON(w, r.Output); err != nil {
+			return err
+		}
+	}
+	if e := r.Error; e != nil {
+		code := ""
+		if e.Code != "" {
+			code = " (" + clean(e.Code) + ")"
+		}
+		field("Error", clean(e.Type)+code+": "+clean(e.Message))
+		switch {
+		case e.Stack != "" && stack:
+			fmt.Fprintln(w, "Stack:")
+			fmt.Fprintln(w, cleanLines(strings.TrimRight(e.Stack, "\n")))
+		case e.Stack != "":
+			fmt.Fprintln(w, "              (a stack trace was recorded; --stack prints it)")
+		}
+	}
+	field("Write-set", writeSet(r))
+	fmt.Fprintln(w, "\nTransitions:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FROM -> TO\tEVENT\tAT\t+DELTA\tREASON")
+	for _, t := range r.Transitions {
+		fmt.Fprintf(tw, "%s -> %s\t%s\t%s\t+%v\t%s\n", clean(t.From), clean(t.To), clean(t.Event),
+			formatTime(t.At, timeMillis), roundDuration(t.At.Sub(r.Transitions[0].At)), orDash(clean(t.Reason)))
+	}
+	return tw.Flush()
+}
+
+// openReadOnly opens the database for inspection, without creating it. A
+// database that does not exist yet (or is still empty: a writer has just
+// created it) yields a nil store and no error: there is nothing to inspect.
+func (g *globals) openReadOnly() (*txn.Store, error) {
+	path, err := g.dbPath()
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode().IsRegular() && fi.Size() == 0) {
+		return nil, nil
+	}
+	store, err := txn.Open(path, &txn.Options{ReadOnly: true})
+	switch {
+	case err == nil:
+		return store, nil
+	case errors.Is(err, fs.ErrNotExist): // removed since the Stat
+		return nil, nil
+	case errors.Is(err, txn.ErrLocked):
+		return nil, internalErr(fmt.Errorf("database %s is locked by another process (a running 'toolgate run'?): read-only inspection needs a shared lock, which a writer's exclusive lock excludes; retry when it has finished", path))
+	}
+	return nil, internalErr(err)
+}
+
+func writeSet(r *txn.Record) string {
+	ws := r.WriteSet
+	if ws == nil {
+		if r.State == string(lifecycle.Executing) {
+			return "pending (the attempt has not ended)"
+		}
+		return "none (the tool did not run)"
+	}
+	ns := "no namespaces"
+	if len(ws.Namespaces) > 0 {
+		names := slices.Clone(ws.Namespaces)
+		for i := range names {
+			names[i] = clean(names[i])
+		}
+		ns = "namespaces " + strings.Join(names, ", ")
+	}
+	verdict := "discarded"
+	if ws.Committed {
+		verdict = "committed"
+	}
+	return fmt.Sprintf("%s, %s, %s; %s", plural(ws.Puts, "put"), plural(ws.Deletes, "delete"), ns, verdict)
+}
+
+// duration is how long the attempt took, or "-" while it has not ended.
+func duration(r *txn.Record) string {
+	if r.EndedAt.IsZero() || r.State == string(lifecycle.Executing) {
+		return "-"
+	}
+	return roundDuration(r.EndedAt.Sub(r.StartedAt)).String()
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+func formatTime(t time.Time, layout string) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(layout)
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// clean makes a stored string safe for one cell or line of a terminal:
+// control characters (newlines, tabs, escapes) become spaces.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// cleanLines is clean, keeping newlines and tabs.
+func cleanLines(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
