@@ -72,3 +72,28 @@ func BenchmarkFloor_BoltUpdates(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecuteParallel runs Execute from 32 callers per GOMAXPROCS (64
+// on two cores): the group-commit path.
+func BenchmarkExecuteParallel(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "nosync", true: "durable"}[sync], func(b *testing.B) {
+			rt, err := tgruntime.Open(filepath.Join(b.TempDir(), "b.db"), &tgruntime.Options{Registry: registry(b), Grants: grantAll, NoSync: !sync, MaxConcurrent: 1024})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			inv := invoke("test.echo", `{"msg":"hello"}`)
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := rt.Execute(context.Background(), inv); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

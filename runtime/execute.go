@@ -134,7 +134,7 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	r := c.r
 	m := lifecycle.New(r.opts.Now)
 	rec := &txn.Record{
-		ExecutionID: uuid.New(),
+		ExecutionID: r.ids.Ordered(),
 		CallID:      c.inv.CallID,
 		Attempt:     n,
 		ToolID:      c.decl.ID,
@@ -290,7 +290,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block
-	go func() {
+	c.r.pool.run(func() {
 		var o outcome
 		returned := false
 		defer func() {
@@ -309,7 +309,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 			o.err = c.toolError(o.err)
 		}
 		returned = true
-	}()
+	})
 
 	select {
 	case o := <-done:

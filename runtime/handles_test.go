@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // Rule 7 for state: a tool reaches only the namespaces granted to it.
@@ -152,5 +153,50 @@ func TestExecute_Goexit(t *testing.T) {
 	res, err := rt.Execute(context.Background(), invoke("test.goexit", `{"msg":"x"}`))
 	if !errors.Is(err, tgruntime.ErrExecution) || errors.Is(err, tgruntime.ErrTimeout) || len(res.Attempts) != 1 {
 		t.Fatalf("err = %v after %d attempts; want one ExecutionError", err, len(res.Attempts))
+	}
+}
+
+// Isolation: two attempts that read and write the same key at the same
+// time cannot both commit; the loser ends ROLLED_BACK with a StateError
+// and its write never lands.
+func TestExecute_ConcurrentReadModifyWrite(t *testing.T) {
+	read := make(chan struct{}, 2)
+	proceed := make(chan struct{})
+	inc := tool(decl("test.inc"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		v, _, err := env.State.Get("test", "n")
+		if err != nil {
+			return msg{}, err
+		}
+		read <- struct{}{}
+		<-proceed // both have read before either writes
+		return in, env.State.Put("test", "n", append(v, 'x'))
+	})
+	rt, _ := openRuntime(t, nil, inc)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := rt.Execute(context.Background(), invoke("test.inc", `{"msg":"x"}`))
+			errs <- err
+		}()
+	}
+	<-read
+	<-read
+	close(proceed)
+	var ok, conflicts int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, tgruntime.ErrState) && errors.Is(err, txn.ErrConflict):
+			conflicts++
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if ok != 1 || conflicts != 1 {
+		t.Fatalf("%d commits, %d conflicts; want one of each", ok, conflicts)
+	}
+	if v, _, _ := rt.StateValue(context.Background(), "test", "n"); string(v) != "x" {
+		t.Fatalf("n = %q, want exactly one increment", v)
 	}
 }

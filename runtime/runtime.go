@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/uuid"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -21,6 +22,8 @@ type Runtime struct {
 	reg   *tools.Registry
 	store *txn.Store
 	slots chan struct{}
+	pool  *workers
+	ids   uuid.Generator // execution ids, time-ordered
 
 	// stop is canceled when Close gives up waiting: every running attempt
 	// is then aborted and rolled back.
@@ -81,6 +84,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		reg:      o.Registry,
 		store:    store,
 		slots:    make(chan struct{}, o.MaxConcurrent),
+		pool:     newWorkers(),
 		stop:     stop,
 		abortAll: abort,
 	}, nil
@@ -143,6 +147,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 			<-done // attempts return promptly once aborted: they do not wait for their tools
 		}
 		r.abortAll()
+		r.pool.close()
 		r.closeErr = errors.Join(waitErr, r.store.Close())
 	})
 	return r.closeErr

@@ -27,7 +27,6 @@ const formatVersion uint64 = 1
 var (
 	bucketMeta       = []byte("meta")
 	bucketExecutions = []byte("executions")
-	bucketIndex      = []byte("exec_index")
 	bucketState      = []byte("state")
 	bucketExecuting  = []byte("executing") // ids of records in EXECUTING: the claims to recover
 	keyFormat        = []byte("format")
@@ -169,7 +168,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 			if err := checkFormat(path, tx.Bucket(bucketMeta)); err != nil {
 				return err
 			}
-			for _, name := range [][]byte{bucketExecutions, bucketIndex, bucketState} { // the claims index is only used by writers
+			for _, name := range [][]byte{bucketExecutions, bucketState} { // the claims index is only used by writers
 				if tx.Bucket(name) == nil {
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrCorrupt, path, name)
 				}
@@ -178,7 +177,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 		})
 	}
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketIndex, bucketState, bucketExecuting} {
+		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketState, bucketExecuting} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("%w: %s: bucket %q: %v", ErrIncompatible, path, name, err)
 			}
@@ -277,22 +276,19 @@ func (f *Filter) match(r *Record) bool {
 		(f.CallID == "" || r.CallID == f.CallID)
 }
 
-// List returns the records matching f in creation order, oldest first.
+// List returns the records matching f in execution id order. The
+// runtime's execution ids are time-ordered (UUID version 7), so for its
+// records this is creation order, oldest first.
 func (s *Store) List(ctx context.Context, f Filter) ([]*Record, error) {
 	var out []*Record
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		execs := tx.Bucket(bucketExecutions)
-		c := tx.Bucket(bucketIndex).Cursor()
-		for seq, id := c.First(); seq != nil; seq, id = c.Next() {
+		c := tx.Bucket(bucketExecutions).Cursor()
+		for id, data := c.First(); id != nil; id, data = c.Next() {
 			if f.Limit > 0 && len(out) == f.Limit {
 				break
 			}
 			if err := ctx.Err(); err != nil {
 				return err
-			}
-			data := execs.Get(id)
-			if data == nil {
-				return fmt.Errorf("%w: index entry %x names missing execution %q", ErrCorrupt, seq, id)
 			}
 			rec, err := decodeRecord(string(id), data)
 			if err != nil {
@@ -430,20 +426,13 @@ func recordPresent(tx *bolt.Tx, id []byte) error {
 	return nil
 }
 
-// insertRecord stores a new record and appends its id to the creation-order
-// index. recordAbsent has checked that the id is new.
+// insertRecord stores a new record; recordAbsent has checked that the id
+// is new. Records are keyed by execution id alone: the runtime's ids are
+// time-ordered, so new records are appended at the end of the tree, and a
+// batch of them dirties a few pages rather than one per record.
 func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
-	id, execs := string(key), tx.Bucket(bucketExecutions)
-	index := tx.Bucket(bucketIndex)
-	seq, err := index.NextSequence()
-	if err != nil {
-		return fmt.Errorf("txn: index execution %q: %w", id, err)
-	}
-	if err := index.Put(binary.BigEndian.AppendUint64(nil, seq), key); err != nil {
-		return fmt.Errorf("txn: index execution %q: %w", id, err)
-	}
-	if err := execs.Put(key, data); err != nil {
-		return fmt.Errorf("txn: store execution %q: %w", id, err)
+	if err := tx.Bucket(bucketExecutions).Put(key, data); err != nil {
+		return fmt.Errorf("txn: store execution %q: %w", key, err)
 	}
 	return nil
 }

@@ -345,7 +345,8 @@ func TestStore_Put(t *testing.T) {
 func TestStore_List(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t)
-	// Ids are deliberately not in key order: List must follow creation order.
+	// Ids deliberately not inserted in key order: List follows id order
+	// (the runtime's ids are time-ordered, so that is creation order there).
 	recs := []*txn.Record{
 		newRecord("zeta", "echo", "FAILED"),
 		newRecord("alpha", "fs.read", "DENIED"),
@@ -366,14 +367,14 @@ func TestStore_List(t *testing.T) {
 		filter txn.Filter
 		want   []string
 	}{
-		{"all", txn.Filter{}, []string{"zeta", "alpha", "mid", "beta", "exec"}},
+		{"all", txn.Filter{}, []string{"alpha", "beta", "exec", "mid", "zeta"}},
 		{"state", txn.Filter{State: "DENIED"}, []string{"alpha", "mid"}},
-		{"tool", txn.Filter{ToolID: "echo"}, []string{"zeta", "mid", "exec"}},
-		{"call", txn.Filter{CallID: "call-zeta"}, []string{"zeta", "beta"}},
+		{"tool", txn.Filter{ToolID: "echo"}, []string{"exec", "mid", "zeta"}},
+		{"call", txn.Filter{CallID: "call-zeta"}, []string{"beta", "zeta"}},
 		{"state and tool", txn.Filter{State: "FAILED", ToolID: "fs.read"}, []string{"beta"}},
-		{"limit", txn.Filter{Limit: 2}, []string{"zeta", "alpha"}},
-		{"limit after filter", txn.Filter{ToolID: "echo", Limit: 2}, []string{"zeta", "mid"}},
-		{"negative limit", txn.Filter{Limit: -1}, []string{"zeta", "alpha", "mid", "beta", "exec"}},
+		{"limit", txn.Filter{Limit: 2}, []string{"alpha", "beta"}},
+		{"limit after filter", txn.Filter{ToolID: "echo", Limit: 2}, []string{"exec", "mid"}},
+		{"negative limit", txn.Filter{Limit: -1}, []string{"alpha", "beta", "exec", "mid", "zeta"}},
 		{"no match", txn.Filter{State: "COMPLETED"}, []string{}},
 	}
 	for _, tt := range tests {

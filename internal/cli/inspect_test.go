@@ -316,13 +316,13 @@ func seed(t *testing.T, dir string) {
 	}
 
 	// Still executing: its Tx is never ended.
-	if _, err := store.Begin(ctx, &txn.Record{ExecutionID: "exec-running", CallID: "c1", Attempt: 1, ToolID: "slow.tool",
+	if _, err := store.Begin(ctx, &txn.Record{ExecutionID: "exec-1-running", CallID: "c1", Attempt: 1, ToolID: "slow.tool",
 		ToolVersion: "2.0.0", State: "EXECUTING", Transitions: started, StartedAt: start}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Committed writes.
-	rec := &txn.Record{ExecutionID: "exec-writes", CallID: "c2", Attempt: 1, ToolID: "kv.put", ToolVersion: "1.0.0",
+	rec := &txn.Record{ExecutionID: "exec-2-writes", CallID: "c2", Attempt: 1, ToolID: "kv.put", ToolVersion: "1.0.0",
 		State: "EXECUTING", Transitions: started, StartedAt: start}
 	tx, err := store.Begin(ctx, rec)
 	if err != nil {
@@ -339,7 +339,7 @@ func seed(t *testing.T, dir string) {
 	must(t, tx.Commit(ctx, &final))
 
 	// A panic, with its stack and a reason holding a newline and an escape.
-	must(t, store.Put(ctx, &txn.Record{ExecutionID: "exec-panic", CallID: "c3", Attempt: 2, ToolID: "bad.tool", ToolVersion: "1.0.0",
+	must(t, store.Put(ctx, &txn.Record{ExecutionID: "exec-3-panic", CallID: "c3", Attempt: 2, ToolID: "bad.tool", ToolVersion: "1.0.0",
 		State: "ROLLED_BACK", StartedAt: start, EndedAt: start.Add(4 * time.Millisecond),
 		Transitions: []txn.Transition{tr("EXECUTING", "ROLLED_BACK", "fail", 4*time.Millisecond, "tool panicked:\nboom \x1b[2J")},
 		Error: &txn.ErrorInfo{Type: "ExecutionError", Code: "panic", Message: "tool panicked: boom",
@@ -355,43 +355,43 @@ func TestInspect_SeededRecords(t *testing.T) {
 	if r.code != 0 || len(rows) != 3 {
 		t.Fatalf("exit %d:\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if f := strings.Fields(rows[0]); f[0] != "exec-running" || f[2] != "slow.tool@2.0.0" || f[4] != "EXECUTING" || f[6] != "-" || f[7] != "-" {
+	if f := strings.Fields(rows[0]); f[0] != "exec-1-running" || f[2] != "slow.tool@2.0.0" || f[4] != "EXECUTING" || f[6] != "-" || f[7] != "-" {
 		t.Fatalf("executing row: %q", rows[0])
 	}
-	if f := strings.Fields(rows[1]); f[0] != "exec-writes" || f[6] != "1.5s" || f[7] != "-" {
+	if f := strings.Fields(rows[1]); f[0] != "exec-2-writes" || f[6] != "1.5s" || f[7] != "-" {
 		t.Fatalf("writes row: %q", rows[1])
 	}
-	if f := strings.Fields(rows[2]); f[0] != "exec-panic" || f[3] != "2" || f[7] != "panic" {
+	if f := strings.Fields(rows[2]); f[0] != "exec-3-panic" || f[3] != "2" || f[7] != "panic" {
 		t.Fatalf("panic row: %q", rows[2])
 	}
 	if r := toolgate(t, "", "executions", "--state", "EXECUTING"); len(dataRows(t, r.stdout)) != 1 {
 		t.Fatalf("--state EXECUTING:\n%s", r.stdout)
 	}
 
-	r = toolgate(t, "", "show", "exec-running")
+	r = toolgate(t, "", "show", "exec-1-running")
 	for _, want := range []string{"State:        EXECUTING", "Ended:        -", "Duration:     -", "Write-set:    pending", "AUTHORIZED -> EXECUTING"} {
 		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("show exec-running lacks %q:\n%s", want, r.stdout)
+			t.Fatalf("show exec-1-running lacks %q:\n%s", want, r.stdout)
 		}
 	}
 
-	r = toolgate(t, "", "show", "exec-writes")
+	r = toolgate(t, "", "show", "exec-2-writes")
 	for _, want := range []string{"Write-set:    2 puts, 1 delete, namespaces alpha, beta; committed", "Duration:     1.5s", `"ok": true`, "+1.499s"} {
 		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("show exec-writes lacks %q:\n%s", want, r.stdout)
+			t.Fatalf("show exec-2-writes lacks %q:\n%s", want, r.stdout)
 		}
 	}
 
-	r = toolgate(t, "", "show", "exec-panic")
+	r = toolgate(t, "", "show", "exec-3-panic")
 	if r.code != 0 || strings.Contains(r.stdout, "goroutine") || !strings.Contains(r.stdout, "--stack prints it") ||
 		!strings.Contains(r.stdout, "Error:        ExecutionError (panic): tool panicked: boom") {
-		t.Fatalf("show exec-panic:\n%s", r.stdout)
+		t.Fatalf("show exec-3-panic:\n%s", r.stdout)
 	}
 	// The reason stays on its row, its control characters neutralized.
 	if strings.ContainsRune(r.stdout, '\x1b') || !strings.Contains(r.stdout, "tool panicked: boom") {
 		t.Fatalf("reason not cleaned:\n%q", r.stdout)
 	}
-	r = toolgate(t, "", "show", "exec-panic", "--stack")
+	r = toolgate(t, "", "show", "exec-3-panic", "--stack")
 	if r.code != 0 || !strings.Contains(r.stdout, "Stack:\ngoroutine 7 [running]:\nmain.boom()\n\t/src/boom.go:3\n") {
 		t.Fatalf("show --stack:\n%s", r.stdout)
 	}

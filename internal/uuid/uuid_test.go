@@ -1,6 +1,9 @@
 package uuid
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestNew(t *testing.T) {
 	seen := map[string]bool{}
@@ -31,5 +34,20 @@ func TestValid(t *testing.T) {
 		if got := Valid(s); got != want {
 			t.Errorf("Valid(%q) = %v, want %v", s, got, want)
 		}
+	}
+}
+
+func TestGenerator_Ordered(t *testing.T) {
+	var g Generator
+	prev := ""
+	for range 20000 { // more than 4096 per millisecond: the counter rolls over
+		s := g.Ordered()
+		if len(s) != 36 || s[14] != '7' || !strings.ContainsRune("89ab", rune(s[19])) {
+			t.Fatalf("Ordered() = %q, not a version 7 UUID", s)
+		}
+		if s <= prev {
+			t.Fatalf("Ordered() = %q after %q: not increasing", s, prev)
+		}
+		prev = s
 	}
 }
