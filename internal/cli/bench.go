@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/internal/bench"
+)
+
+func newBenchCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		callers  int
+		duration time.Duration
+		sync     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the runtime's overhead over bare bbolt on this disk",
+		Long: `Measure what an invocation costs on this machine, against fresh temporary
+databases (in $TMPDIR, removed afterwards; --db is not used):
+
+  fsync    the disk's fsync latency (4 KiB overwritten and fsynced)
+  floor    bare bbolt doing the writes of one invocation: the EXECUTING
+           claim and the commit, one bbolt update each, no batching
+  runtime  a no-op tool with a small schema run through the whole
+           lifecycle (validation, authorization, claim, tool, commit)
+
+Floor and runtime each run with 1 caller and with --callers concurrent
+callers, for --duration each. VS FLOOR w1 is a phase's throughput over the
+floor's with one caller. --sync=false skips fsync on commit, as the
+runtime's NoSync option does: faster, and not durable.`,
+		Example: `  toolgate bench
+  toolgate bench --callers 16 --duration 1s --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := bench.Options{Callers: callers, Duration: duration, Sync: sync}
+			if callers < 1 {
+				return usageErr("--callers must be at least 1")
+			}
+			if duration <= 0 {
+				return usageErr("--duration must be positive")
+			}
+			p := newProgress(stdio.Err)
+			opts.Progress = p.show
+			rep, err := bench.Run(cmd.Context(), opts)
+			p.clear()
+			if errors.Is(err, bench.ErrInterrupted) {
+				return internalErr(errors.New("bench interrupted; no results"))
+			}
+			if err != nil {
+				return internalErr(err)
+			}
+			if g.json {
+				return encodeJSON(stdio, rep)
+			}
+			return printBench(stdio.Out, rep, duration)
+		},
+	}
+	cmd.Flags().IntVar(&callers, "callers", 64, "concurrent callers of the many-caller phases")
+	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "how long each of the four measured phases runs")
+	cmd.Flags().BoolVar(&sync, "sync", true, "fsync every commit (--sync=false: NoSync, not durable)")
+	return cmd
+}
+
+func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
+	fmt.Fprintf(w, "fsync p50 %s p99 %s (sync=%v, callers=%d, %v per phase)\n",
+		fmtMicros(r.FsyncP50us), fmtMicros(r.FsyncP99us), r.Sync, r.Callers, perPhase)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PHASE\tCALLERS\tOPS/S\tP50\tP99\tVS FLOOR w1")
+	for _, row := range []struct {
+		name string
+		p    bench.Phase
+	}{{"floor", r.Floor.W1}, {"floor", r.Floor.WN}, {"runtime", r.Runtime.W1}, {"runtime", r.Runtime.WN}} {
+		vs := "-"
+		if r.Floor.W1.OpsPerS > 0 {
+			vs = fmt.Sprintf("%.2fx", row.p.OpsPerS/r.Floor.W1.OpsPerS)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", row.name, row.p.Callers, row.p.OpsPerS, fmtMicros(row.p.P50us), fmtMicros(row.p.P99us), vs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = 2 bbolt updates per op, runtime = 1 Execute per op\n",
+		r.ClaimBytes, r.FinalBytes)
+	return err
+}
+
+// fmtMicros prints a latency in microseconds with three significant digits.
+func fmtMicros(us float64) string {
+	d := time.Duration(us * float64(time.Microsecond))
+	unit := time.Duration(1)
+	for v := d; v >= 1000; v /= 10 {
+		unit *= 10
+	}
+	return d.Round(unit).String()
+}
+
+// progress writes a self-overwriting status line to a terminal; to anything
+// else it writes nothing.
+type progress struct {
+	w    io.Writer // nil: not a terminal
+	last int       // length of the line on screen
+}
+
+func newProgress(w io.Writer) *progress {
+	f, ok := w.(*os.File)
+	if !ok {
+		return &progress{}
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return &progress{}
+	}
+	return &progress{w: w}
+}
+
+func (p *progress) show(msg string) {
+	if p.w == nil {
+		return
+	}
+	pad := max(p.last-len(msg), 0)
+	fmt.Fprintf(p.w, "\r%s%s", msg, strings.Repeat(" ", pad))
+	p.last = len(msg)
+}
+
+func (p *progress) clear() {
+	if p.w == nil || p.last == 0 {
+		return
+	}
+	fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
+	p.last = 0
+}

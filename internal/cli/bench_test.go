@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestBench_JSON(t *testing.T) {
+	workdir(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	r := toolgate(t, "", "bench", "--duration", "100ms", "--callers", "2", "--sync=false", "--json")
+	if r.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if r.stderr != "" {
+		t.Errorf("stderr is not a terminal, yet got %q", r.stderr)
+	}
+	type phase struct {
+		OpsPerS *float64 `json:"ops_per_s"`
+		P50us   *float64 `json:"p50_us"`
+		P99us   *float64 `json:"p99_us"`
+	}
+	type pair struct {
+		W1 *phase `json:"w1"`
+		WN *phase `json:"wN"`
+	}
+	var rep struct {
+		Callers    int      `json:"callers"`
+		Sync       *bool    `json:"sync"`
+		FsyncP50us *float64 `json:"fsync_p50_us"`
+		Floor      *pair    `json:"floor"`
+		Runtime    *pair    `json:"runtime"`
+		Ratios     *struct {
+			RuntimeW1OverFloorW1 *float64 `json:"runtime_w1_over_floor_w1"`
+			RuntimeWNOverFloorW1 *float64 `json:"runtime_wN_over_floor_w1"`
+		} `json:"ratios"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, r.stdout)
+	}
+	if rep.Callers != 2 || rep.Sync == nil || *rep.Sync || rep.FsyncP50us == nil || rep.Floor == nil || rep.Runtime == nil || rep.Ratios == nil {
+		t.Fatalf("incomplete report:\n%s", r.stdout)
+	}
+	for name, p := range map[string]*phase{"floor.w1": rep.Floor.W1, "floor.wN": rep.Floor.WN, "runtime.w1": rep.Runtime.W1, "runtime.wN": rep.Runtime.WN} {
+		if p == nil || p.OpsPerS == nil || p.P50us == nil || p.P99us == nil {
+			t.Fatalf("%s incomplete:\n%s", name, r.stdout)
+		}
+		if *p.OpsPerS <= 0 || *p.P50us <= 0 || *p.P50us > *p.P99us {
+			t.Errorf("%s: ops/s %v, p50 %vµs, p99 %vµs", name, *p.OpsPerS, *p.P50us, *p.P99us)
+		}
+	}
+	if rep.Ratios.RuntimeW1OverFloorW1 == nil || rep.Ratios.RuntimeWNOverFloorW1 == nil || *rep.Ratios.RuntimeW1OverFloorW1 <= 0 {
+		t.Errorf("ratios:\n%s", r.stdout)
+	}
+}
+
+func TestBench_Table(t *testing.T) {
+	workdir(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	r := toolgate(t, "", "bench", "--duration", "50ms", "--callers", "3", "--sync=false")
+	if r.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) < 6 || !strings.HasPrefix(lines[0], "fsync p50 ") || !strings.Contains(lines[0], "sync=false, callers=3, 50ms per phase") ||
+		!strings.HasPrefix(lines[1], "PHASE") || !strings.Contains(lines[1], "VS FLOOR w1") {
+		t.Fatalf("table:\n%s", r.stdout)
+	}
+	for i, want := range []string{"floor 1 ", "floor 3 ", "runtime 1 ", "runtime 3 "} {
+		if got := strings.Join(strings.Fields(lines[2+i]), " "); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "x") {
+			t.Errorf("row %d %q, want %q... ending in a ratio", i, lines[2+i], want)
+		}
+	}
+	if !strings.HasSuffix(strings.Fields(lines[2])[5], "1.00x") {
+		t.Errorf("floor w1 against itself: %q", lines[2])
+	}
+}
+
+func TestBench_Usage(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--callers", "0"},
+		{"bench", "--duration", "0s"},
+		{"bench", "--duration", "-1s"},
+		{"bench", "--duration", "soon"},
+		{"bench", "--frobnicate"},
+		{"bench", "extra"},
+	} {
+		r := toolgate(t, "", args...)
+		if r.code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d\nstderr: %s", args, r.code, ExitUsage, r.stderr)
+		}
+		if r.stdout != "" {
+			t.Errorf("%v: stdout %q", args, r.stdout)
+		}
+	}
+}
+
+func TestFmtMicros(t *testing.T) {
+	for us, want := range map[float64]string{412.3: "412µs", 1100: "1.1ms", 3.21: "3.21µs", 0: "0s", 12345.6: "12.3ms", 0.5: "500ns"} {
+		if got := fmtMicros(us); got != want {
+			t.Errorf("fmtMicros(%v) = %q, want %q", us, got, want)
+		}
+	}
+}
