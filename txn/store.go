@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -72,9 +73,10 @@ type Store struct {
 	hook     func(step string) error // test failpoints; nil in production
 	batches  atomic.Int64            // bbolt updates run by the committer
 
-	reqs    chan *writeReq // to the group committer
-	stop    chan struct{}  // closed by Close
-	stopped chan struct{}  // closed when the committer has exited
+	wmu     sync.Mutex     // guards queue and leading
+	queue   []*writeReq    // writes waiting for the next batch
+	leading bool           // a writer is committing a batch
+	writers sync.WaitGroup // writes in progress; Close waits for them
 }
 
 // Open opens the database at path, creating it (and its parent directory)
@@ -120,16 +122,7 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{
-		path: path, db: db, readOnly: opts.ReadOnly,
-		reqs: make(chan *writeReq), stop: make(chan struct{}), stopped: make(chan struct{}),
-	}
-	if opts.ReadOnly {
-		close(s.stopped)
-	} else {
-		go s.committer()
-	}
-	return s, nil
+	return &Store{path: path, db: db, readOnly: opts.ReadOnly}, nil
 }
 
 // openError translates an error from bolt.Open.
@@ -214,13 +207,13 @@ func checkFormat(path string, meta *bolt.Bucket) error {
 // Close closes the store. It is idempotent; afterwards every other method of
 // the Store and of its Txs returns ErrClosed.
 func (s *Store) Close() error {
+	s.wmu.Lock()
 	if !s.closed.CompareAndSwap(false, true) {
+		s.wmu.Unlock()
 		return nil
 	}
-	if !s.readOnly {
-		close(s.stop)
-		<-s.stopped // the committer finishes the update in progress, if any
-	}
+	s.wmu.Unlock()
+	s.writers.Wait() // queued writes finish: their outcome is never left unknown
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("txn: close %s: %w", s.path, err)
 	}

@@ -25,11 +25,20 @@ type writeReq struct {
 // errAbortBatch makes bbolt roll back an update whose batch must be redone.
 var errAbortBatch = errors.New("txn: batch aborted")
 
-// write submits a request to the group committer and waits for the outcome:
-// nil only once the update holding it has been committed (and, unless
-// NoSync, fsynced). The caller's ctx is checked before the request is queued,
-// not after: a queued write always completes, so its outcome is never
-// unknown to the caller.
+// errLead wakes a queued writer to take over as leader.
+var errLead = errors.New("txn: lead the next batch")
+
+// write queues a request and returns its outcome: nil only once the update
+// holding it has been committed (and, unless NoSync, fsynced). The caller's
+// ctx is checked before the request is queued, not after: a queued write
+// always completes, so its outcome is never unknown to the caller.
+//
+// This is group commit without a timer or a dedicated goroutine. A writer
+// that finds no batch in progress becomes the leader and commits at once on
+// its own goroutine, so a lone caller pays no handoff. Writers that arrive
+// while the leader's update (and its fsync) runs queue up; when the leader
+// is done it wakes the first of them to commit all that queued, in one
+// update and one fsync. Under load, many commits share each fsync.
 func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) error {
 	if err := s.ready(ctx); err != nil {
 		return err
@@ -38,40 +47,38 @@ func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) er
 		return ErrReadOnly
 	}
 	r := &writeReq{check: check, apply: apply, done: make(chan error, 1)}
-	select {
-	case s.reqs <- r:
-	case <-s.stop:
+	s.wmu.Lock()
+	if s.closed.Load() {
+		s.wmu.Unlock()
 		return ErrClosed
 	}
-	return <-r.done
-}
-
-// committer is the store's single writer. It takes whatever requests are
-// waiting, without a timer: a lone request is committed at once, and the
-// requests that arrive while an update (and its fsync) is in progress share
-// the next one. That is group commit: under load, many commits per fsync.
-func (s *Store) committer() {
-	defer close(s.stopped)
-	batch := make([]*writeReq, 0, maxBatch)
-	for {
-		select {
-		case r := <-s.reqs:
-			batch = append(batch[:0], r)
-		case <-s.stop:
-			return
+	s.writers.Add(1)
+	defer s.writers.Done()
+	s.queue = append(s.queue, r)
+	if s.leading {
+		s.wmu.Unlock()
+		if err := <-r.done; err != errLead {
+			return err
 		}
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-s.reqs:
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
-		s.commitBatch(batch)
-		clear(batch)
+		s.wmu.Lock() // woken as the next leader; r is still queued
 	}
+	s.leading = true
+	n := min(len(s.queue), maxBatch)
+	batch := s.queue[:n:n]
+	s.queue = s.queue[n:]
+	s.wmu.Unlock()
+
+	s.commitBatch(batch) // answers every request, r included
+
+	s.wmu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].done <- errLead
+	} else {
+		s.leading = false
+		s.queue = nil
+	}
+	s.wmu.Unlock()
+	return <-r.done
 }
 
 // commitBatch applies a batch in one bbolt update and answers every request.
