@@ -86,7 +86,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(r)
+	data, err := appendRecord(make([]byte, 0, 1024), r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: execution %q: %v", ErrInvalidRecord, r.ExecutionID, err)
 	}
