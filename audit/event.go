@@ -11,12 +11,13 @@ import (
 //
 // Seq and PrevHash chain the events of a log: Seq numbers them from the
 // first, and PrevHash is the [Event.Hash] of the event before (empty for the
-// first).
+// first). Both are omitted when zero: toolgate's store keeps an event's
+// place in the chain in the log entry that wraps it (txn.AuditEntry).
 type Event struct {
 	// Seq is the event's position in its chain.
-	Seq uint64 `json:"seq"`
+	Seq uint64 `json:"seq,omitempty"`
 	// PrevHash is the hash of the previous event in the chain.
-	PrevHash string `json:"prevHash"`
+	PrevHash string `json:"prevHash,omitempty"`
 
 	// EventID identifies this event uniquely.
 	EventID string `json:"eventId"`

@@ -131,6 +131,7 @@ func TestExecute_CommitFailure(t *testing.T) {
 	if got := statePath(rec); !slices.Equal(got, pathAborted) {
 		t.Fatalf("recovered path %v, want %v", got, pathAborted)
 	}
+	checkAudit(t, rt2, rec) // the claim's events, then the recovery's
 }
 
 func TestOpen_Errors(t *testing.T) {

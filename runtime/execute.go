@@ -176,13 +176,17 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 		return c.end(ctx, m, rec, lifecycle.EventAbort, c.ctxError(ctx, ctx))
 	}
 	start, _ := m.Next(lifecycle.EventStart, "", r.opts.Now())
-	rec.State = string(lifecycle.Executing)
-	rec.Transitions = transitions(append(m.History(), start))
-	tx, err := r.store.Begin(ctx, rec)
+	hist := append(m.History(), start)
+	claim := *rec
+	claim.State = string(lifecycle.Executing)
+	claim.Transitions = transitions(hist)
+	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil)
+	tx, err := r.store.Begin(ctx, &claim, claimEvents...)
 	if err != nil {
 		// Nothing was written and nothing ran.
 		return c.end(ctx, m, rec, lifecycle.EventAbort, &StateError{Op: "begin", Err: err})
 	}
+	rec.AuditEvents = claim.AuditEvents
 	m.FireAt(lifecycle.EventStart, "", start.At)
 	if !tx.Active() {
 		return c.rollback(m, rec, tx, &StateError{Op: "begin", Err: errors.New("no active transaction")})
@@ -208,8 +212,10 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	rec.Output = out
 	rec.OutputHash = hashJSON(out)
 	ok, _ := m.Next(lifecycle.EventOK, "", r.opts.Now())
-	final := c.final(rec, append(m.History(), ok), nil)
-	if err := tx.Commit(context.WithoutCancel(ctx), final); err != nil {
+	hist = append(m.History(), ok)
+	final := c.final(rec, hist, nil)
+	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil)
+	if err := tx.Commit(context.WithoutCancel(ctx), final, events...); err != nil {
 		rec.Output, rec.OutputHash = nil, ""
 		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
 	}
@@ -369,7 +375,10 @@ func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, e
 		m.Fire(lifecycle.EventRollback, "nothing to undo: the tool did not run")
 	}
 	err := cause
-	if perr := c.r.store.Put(context.WithoutCancel(ctx), c.final(rec, m.History(), cause)); perr != nil {
+	hist := m.History()
+	final := c.final(rec, hist, cause)
+	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause))
+	if perr := c.r.store.Put(context.WithoutCancel(ctx), final, events...); perr != nil {
 		err = errors.Join(cause, &StateError{Op: "record", Err: perr})
 	}
 	return c.attemptOf(m, rec, cause), nil, err
@@ -379,6 +388,7 @@ func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, e
 // timeout, limit or cancel, straight to ROLLED_BACK otherwise; the write-set
 // is discarded and the record stored.
 func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause error) (Attempt, json.RawMessage, error) {
+	executed := len(m.History()) // the transitions up to EXECUTING, audited with the claim
 	if aborts(cause) {
 		m.Fire(lifecycle.EventAbort, cause.Error())
 		m.Fire(lifecycle.EventRollback, "state restored to the pre-execution snapshot")
@@ -386,7 +396,10 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 		m.Fire(lifecycle.EventFail, cause.Error())
 	}
 	err := cause
-	if rerr := tx.Rollback(context.Background(), c.final(rec, m.History(), cause)); rerr != nil {
+	hist := m.History()
+	final := c.final(rec, hist, cause)
+	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause))
+	if rerr := tx.Rollback(context.Background(), final, events...); rerr != nil {
 		err = errors.Join(cause, &StateError{Op: "rollback", Err: rerr})
 	}
 	return c.attemptOf(m, rec, cause), nil, err

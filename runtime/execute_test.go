@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -61,7 +63,43 @@ func checkAttempt(t *testing.T, rt *tgruntime.Runtime, res *tgruntime.Result, wa
 	if want != lifecycle.Completed && (rec.Error == nil || rec.Error.Message == "") {
 		t.Fatalf("state %s recorded without error details", want)
 	}
+	checkAudit(t, rt, rec)
 	return rec
+}
+
+// checkAudit asserts that the audit log holds one event per recorded
+// transition of rec, in order, with the ids the record lists (RFC 8.1,
+// DESIGN: every transition is an audit event).
+func checkAudit(t *testing.T, rt *tgruntime.Runtime, rec *txn.Record) {
+	t.Helper()
+	log, err := rt.AuditLog(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states, ids []string
+	for _, e := range log {
+		var ev audit.Event
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.ExecutionID != rec.ExecutionID {
+			continue
+		}
+		states = append(states, ev.State)
+		ids = append(ids, ev.EventID)
+		if ev.ToolID != rec.ToolID || ev.InputHash != rec.InputHash || ev.CallID != rec.CallID || ev.Timestamp == 0 {
+			t.Fatalf("audit event %+v does not describe record %s", ev, rec.ExecutionID)
+		}
+		if tgState := lifecycle.State(ev.State); tgState.Terminal() && tgState != lifecycle.Completed && ev.Error == nil {
+			t.Fatalf("terminal audit event %s without error details", ev.State)
+		}
+	}
+	if want := statePath(rec)[1:]; !slices.Equal(states, want) {
+		t.Fatalf("audit events %v, want one per transition %v", states, want)
+	}
+	if !slices.Equal(ids, rec.AuditEvents) {
+		t.Fatalf("record lists audit events %v, log has %v", rec.AuditEvents, ids)
+	}
 }
 
 func TestExecute_Completed(t *testing.T) {

@@ -74,12 +74,8 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	if _, err := store.Recover(context.Background(), interrupted(o.Now())); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
-	}
 	stop, abort := context.WithCancel(context.Background())
-	return &Runtime{
+	r := &Runtime{
 		opts:     o,
 		reg:      o.Registry,
 		store:    store,
@@ -87,24 +83,33 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		pool:     newWorkers(),
 		stop:     stop,
 		abortAll: abort,
-	}, nil
+	}
+	if _, err := store.Recover(context.Background(), r.interrupted(o.Now())); err != nil {
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
+	}
+	return r, nil
 }
 
 // interrupted finishes a record a crash left EXECUTING: ABORTED, then
 // ROLLED_BACK, both with the reason "interrupted". The attempt is not run
 // again.
-func interrupted(at time.Time) func(*txn.Record) error {
-	return func(rec *txn.Record) error {
-		rec.Transitions = append(rec.Transitions,
-			txn.Transition{From: string(lifecycle.Executing), To: string(lifecycle.Aborted), Event: string(lifecycle.EventAbort), At: at, Reason: "interrupted"},
-			txn.Transition{From: string(lifecycle.Aborted), To: string(lifecycle.RolledBack), Event: string(lifecycle.EventRollback), At: at,
-				Reason: "interrupted: the process ended during execution; its writes never reached the database"})
+func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent, error) {
+	return func(rec *txn.Record) ([]txn.AuditEvent, error) {
+		added := []lifecycle.Transition{
+			{From: lifecycle.Executing, To: lifecycle.Aborted, Event: lifecycle.EventAbort, At: at, Reason: "interrupted"},
+			{From: lifecycle.Aborted, To: lifecycle.RolledBack, Event: lifecycle.EventRollback, At: at,
+				Reason: "interrupted: the process ended during execution; its writes never reached the database"},
+		}
+		rec.Transitions = append(rec.Transitions, transitions(added)...)
 		rec.State = string(lifecycle.RolledBack)
 		rec.EndedAt = at
-		rec.Error = &txn.ErrorInfo{Type: "ExecutionError", Code: "interrupted",
+		info := &ErrorInfo{Type: "ExecutionError", Code: "interrupted",
 			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
+		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
-		return nil
+		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info), nil
 	}
 }
 
@@ -120,6 +125,13 @@ func (r *Runtime) Execution(ctx context.Context, executionID string) (*txn.Recor
 // Executions returns the stored records matching f, oldest first.
 func (r *Runtime) Executions(ctx context.Context, f txn.Filter) ([]*txn.Record, error) {
 	return r.store.List(ctx, f)
+}
+
+// AuditLog returns up to limit entries (limit <= 0: all) of the audit log
+// from sequence number from on: one event per lifecycle transition,
+// chained, each appended in the same update as the transition it records.
+func (r *Runtime) AuditLog(ctx context.Context, from uint64, limit int) ([]txn.AuditEntry, error) {
+	return r.store.AuditLog(ctx, from, limit)
 }
 
 // StateValue reads committed tool-visible state.

@@ -2,6 +2,8 @@ package txn_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -28,7 +30,7 @@ func dump(t *testing.T, s *txn.Store) map[string]map[string]string {
 // Atomicity: a failure injected at each step of a commit leaves state,
 // execution record and claim exactly as before the commit.
 func TestTx_Commit_Atomic(t *testing.T) {
-	for _, step := range []string{txn.StepCheckReads, txn.StepApplyWrite, txn.StepRecord, txn.StepCommit} {
+	for _, step := range []string{txn.StepCheckReads, txn.StepApplyWrite, txn.StepRecord, txn.StepAudit, txn.StepCommit} {
 		t.Run(step, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "a.db")
 			s := openStoreAt(t, path)
@@ -36,10 +38,11 @@ func TestTx_Commit_Atomic(t *testing.T) {
 			seed, _ := s.Begin(ctx, executing("seed"))
 			seed.Put("ns", "a", []byte("1"))
 			seed.Put("ns", "b", []byte("2"))
-			if err := seed.Commit(ctx, finalOf("seed")); err != nil {
+			if err := seed.Commit(ctx, finalOf("seed"), txn.AuditEvent{Data: []byte(`{"n":1}`)}); err != nil {
 				t.Fatal(err)
 			}
 			before := dump(t, s)
+			auditBefore, _ := s.AuditLog(ctx, 0, 0)
 
 			tx, err := s.Begin(ctx, executing("x"))
 			if err != nil {
@@ -56,7 +59,7 @@ func TestTx_Commit_Atomic(t *testing.T) {
 				}
 				return nil
 			})
-			err = tx.Commit(ctx, finalOf("x"))
+			err = tx.Commit(ctx, finalOf("x"), txn.AuditEvent{Data: []byte(`{"n":2}`)}, txn.AuditEvent{Data: []byte(`{"n":3}`)})
 			if err == nil {
 				t.Fatal("Commit succeeded despite the failpoint")
 			}
@@ -84,6 +87,19 @@ func TestTx_Commit_Atomic(t *testing.T) {
 			}
 			if claims, _ := txn.Claims(s); !reflect.DeepEqual(claims, []string{"x"}) {
 				t.Fatalf("claims = %v, want [x]", claims)
+			}
+			if auditAfter, _ := s.AuditLog(ctx, 0, 0); !reflect.DeepEqual(auditBefore, auditAfter) {
+				t.Fatalf("audit log changed by a failed commit: %d -> %d entries", len(auditBefore), len(auditAfter))
+			}
+			if step == txn.StepCommit {
+				return // the store was reopened; the Tx belonged to the poisoned one
+			}
+			// And without the failpoint the same commit lands whole.
+			if err := tx.Commit(ctx, finalOf("x"), txn.AuditEvent{Data: []byte(`{"n":2}`)}); err != nil {
+				t.Fatal(err)
+			}
+			if log, _ := s.AuditLog(ctx, 0, 0); len(log) != len(auditBefore)+1 {
+				t.Fatalf("audit log has %d entries after the commit", len(log))
 			}
 		})
 	}
@@ -254,10 +270,10 @@ func TestStore_Recover(t *testing.T) {
 	if claims, _ := txn.Claims(s); !reflect.DeepEqual(claims, []string{"crashed"}) {
 		t.Fatalf("claims before recovery: %v", claims)
 	}
-	recs, err := s.Recover(ctx, func(r *txn.Record) error {
+	recs, err := s.Recover(ctx, func(r *txn.Record) ([]txn.AuditEvent, error) {
 		r.State = "ROLLED_BACK"
 		r.Error = &txn.ErrorInfo{Type: "ExecutionError", Code: "interrupted", Message: "interrupted"}
-		return nil
+		return []txn.AuditEvent{{Data: []byte(`{"state":"ROLLED_BACK"}`)}}, nil
 	})
 	if err != nil || len(recs) != 1 || recs[0].ExecutionID != "crashed" {
 		t.Fatalf("Recover = %v, %v", recs, err)
@@ -268,7 +284,10 @@ func TestStore_Recover(t *testing.T) {
 	if _, found, _ := s.StateValue(ctx, "n", "k"); found {
 		t.Fatal("an interrupted transaction's write is present")
 	}
-	if recs, _ := s.Recover(ctx, func(*txn.Record) error { t.Fatal("recovered twice"); return nil }); len(recs) != 0 {
+	if log, _ := s.AuditLog(ctx, 0, 0); len(log) != 1 || string(log[0].Event) != `{"state":"ROLLED_BACK"}` {
+		t.Fatalf("recovery's audit event: %+v", log)
+	}
+	if recs, _ := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { t.Fatal("recovered twice"); return nil, nil }); len(recs) != 0 {
 		t.Fatal("second Recover found claims")
 	}
 }
@@ -311,5 +330,53 @@ func TestTx_Scan(t *testing.T) {
 	state, _ := s.StateValues(ctx, "n")
 	if _, ok := state["a/0"]; ok || len(state) != 5 {
 		t.Fatalf("conflicting commit applied: %v", slices.Sorted(maps.Keys(state)))
+	}
+}
+
+// The audit chain: numbered without gaps, each entry linked to the one
+// before, appended in the same update as the write it accompanies, even
+// when writes are group-committed.
+func TestStore_AuditChain(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			id := fmt.Sprintf("a%02d", i)
+			ev := func(state string) txn.AuditEvent {
+				return txn.AuditEvent{Data: fmt.Appendf(nil, `{"id":%q,"state":%q}`, id, state)}
+			}
+			tx, err := s.Begin(ctx, executing(id), ev("VALIDATED"), ev("EXECUTING"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := tx.Commit(ctx, finalOf(id), ev("COMPLETED")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	log, err := s.AuditLog(ctx, 0, 0)
+	if err != nil || len(log) != 96 {
+		t.Fatalf("%d entries, %v; want 96", len(log), err)
+	}
+	link := make([]byte, 32)
+	for i, e := range log {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d", i, e.Seq)
+		}
+		if (i == 0) != (e.PrevHash == "") || i > 0 && e.PrevHash != log[i-1].Hash {
+			t.Fatalf("entry %d not linked to the one before", e.Seq)
+		}
+		sum := sha256.Sum256(e.Event)
+		next := sha256.Sum256(append(link, sum[:]...))
+		if hex.EncodeToString(next[:]) != e.Hash {
+			t.Fatalf("entry %d: hash does not match its content and predecessor", e.Seq)
+		}
+		link = next[:]
+	}
+	if tail, _ := s.AuditLog(ctx, 95, 0); len(tail) != 2 || tail[0].Seq != 95 {
+		t.Fatalf("AuditLog(from 95) = %d entries", len(tail))
 	}
 }

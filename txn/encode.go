@@ -104,6 +104,10 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 		b = strconv.AppendBool(b, w.Committed)
 		b = append(b, '}')
 	}
+	if len(r.AuditEvents) > 0 {
+		b = append(b, `,"auditEvents":`...)
+		b = appendStrings(b, r.AuditEvents)
+	}
 	b = append(b, `,"startedAt":`...)
 	var err error
 	if b, err = appendTime(b, r.StartedAt); err != nil {

@@ -41,6 +41,9 @@ func TestAppendRecord_MatchesEncodingJSON(t *testing.T) {
 			r.Capabilities = []string{str(), str()}
 		}
 		if rng.IntN(2) == 0 {
+			r.AuditEvents = []string{str(), str()}
+		}
+		if rng.IntN(2) == 0 {
 			r.Output = json.RawMessage(`{ "a" : [1, 2.5, "x y\n"] , "b":null }`)
 		}
 		if rng.IntN(2) == 0 {

@@ -27,7 +27,8 @@ type Record struct {
 	Output       json.RawMessage  `json:"output,omitempty"`
 	OutputHash   string           `json:"outputHash,omitempty"`
 	Error        *ErrorInfo       `json:"error,omitempty"`
-	WriteSet     *WriteSetSummary `json:"writeSet,omitempty"` // set by Tx.Commit and Tx.Rollback
+	WriteSet     *WriteSetSummary `json:"writeSet,omitempty"`    // set by Tx.Commit and Tx.Rollback
+	AuditEvents  []string         `json:"auditEvents,omitempty"` // ids of the attempt's audit events
 	StartedAt    time.Time        `json:"startedAt"`
 	EndedAt      time.Time        `json:"endedAt,omitzero"` // zero while the execution is in flight
 }

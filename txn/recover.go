@@ -14,7 +14,10 @@ import (
 // one update and their claims dropped. Nothing needs undoing: a
 // transaction's writes reach the file only in its commit. Recovered attempts
 // are never run again. Recover returns the finished records.
-func (s *Store) Recover(ctx context.Context, finish func(*Record) error) ([]*Record, error) {
+//
+// finish may return audit events for the transitions it adds; they are
+// appended in the same update.
+func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
 	var done []*Record
 	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
 		done = done[:0]
@@ -36,7 +39,8 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) error) ([]*Rec
 			if err != nil {
 				return err
 			}
-			if err := finish(rec); err != nil {
+			events, err := finish(rec)
+			if err != nil {
 				return fmt.Errorf("txn: recover execution %q: %w", id, err)
 			}
 			if rec.ExecutionID != string(id) {
@@ -47,6 +51,9 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) error) ([]*Rec
 				return err
 			}
 			if err := finishRecord(tx, id, out); err != nil {
+				return err
+			}
+			if err := appendAudit(tx, events); err != nil {
 				return err
 			}
 			done = append(done, rec)

@@ -170,7 +170,7 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 		})
 	}
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketState, bucketExecuting} {
+		for _, name := range [][]byte{bucketMeta, bucketExecutions, bucketState, bucketExecuting, bucketAudit} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("%w: %s: bucket %q: %v", ErrIncompatible, path, name, err)
 			}
@@ -227,14 +227,29 @@ func (s *Store) Path() string { return s.path }
 // ABORTED/ROLLED_BACK before execution) in one update. It refuses to
 // overwrite an existing record (ErrExists). An invalid record (empty
 // ExecutionID, ToolID or State) yields ErrInvalidRecord and writes nothing.
-func (s *Store) Put(ctx context.Context, rec *Record) error {
+//
+// The audit events are appended in the same update.
+func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) error {
 	data, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
 	id := []byte(rec.ExecutionID)
 	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
-		func(tx *bolt.Tx) error { return insertRecord(tx, id, data) })
+		func(tx *bolt.Tx) error {
+			if err := insertRecord(tx, id, data); err != nil {
+				return err
+			}
+			return s.audit(tx, events)
+		})
+}
+
+// audit appends events inside an update, behind a failpoint.
+func (s *Store) audit(tx *bolt.Tx, events []AuditEvent) error {
+	if err := s.failpoint(StepAudit); err != nil {
+		return err
+	}
+	return appendAudit(tx, events)
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.
@@ -349,7 +364,10 @@ func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][
 // record is the claim on its ExecutionID: an existing id yields ErrExists
 // and an invalid record ErrInvalidRecord. No bbolt transaction stays open
 // after Begin returns.
-func (s *Store) Begin(ctx context.Context, rec *Record) (*Tx, error) {
+//
+// The audit events (of the transitions up to EXECUTING) are appended in the
+// same update.
+func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*Tx, error) {
 	data, err := encodeRecord(rec)
 	if err != nil {
 		return nil, err
@@ -363,7 +381,10 @@ func (s *Store) Begin(ctx context.Context, rec *Record) (*Tx, error) {
 			if err := s.failpoint(StepClaim); err != nil {
 				return err
 			}
-			return tx.Bucket(bucketExecuting).Put(id, nil)
+			if err := tx.Bucket(bucketExecuting).Put(id, nil); err != nil {
+				return err
+			}
+			return s.audit(tx, events)
 		})
 	if err != nil {
 		return nil, err

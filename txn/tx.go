@@ -228,7 +228,10 @@ func (t *Tx) buffer(namespace, key string, o op) error {
 // If the update fails (including because ctx is done or the store is
 // closed), nothing of it is applied, the Tx stays active so the caller can
 // Rollback, and the error wraps both ErrCommit and the cause.
-func (t *Tx) Commit(ctx context.Context, final *Record) error {
+//
+// The audit events of the final transitions are appended in the same update:
+// state, record and audit events are all or nothing.
+func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
@@ -254,7 +257,10 @@ func (t *Tx) Commit(ctx context.Context, final *Record) error {
 		if err := s.failpoint(StepRecord); err != nil {
 			return err
 		}
-		return finishRecord(tx, id, data)
+		if err := finishRecord(tx, id, data); err != nil {
+			return err
+		}
+		return s.audit(tx, events)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -274,7 +280,9 @@ func (t *Tx) Commit(ctx context.Context, final *Record) error {
 // The record is not stored if ctx is already done: when rolling back because
 // a deadline expired, pass a context that outlives it, such as
 // context.WithoutCancel(ctx).
-func (t *Tx) Rollback(ctx context.Context, final *Record) error {
+//
+// The audit events of the final transitions are appended in the same update.
+func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
@@ -287,7 +295,12 @@ func (t *Tx) Rollback(ctx context.Context, final *Record) error {
 	}
 	id := []byte(t.id)
 	err = t.store.write(ctx, func(tx *bolt.Tx) error { return recordPresent(tx, id) },
-		func(tx *bolt.Tx) error { return finishRecord(tx, id, data) })
+		func(tx *bolt.Tx) error {
+			if err := finishRecord(tx, id, data); err != nil {
+				return err
+			}
+			return t.store.audit(tx, events)
+		})
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
 	}

@@ -154,6 +154,7 @@ const (
 	StepApplyWrite = "apply-write" // after each buffered write is applied
 	StepRecord     = "record"      // before the final record is stored
 	StepClaim      = "claim"       // before the executing index is updated
+	StepAudit      = "audit"       // before the audit events are appended
 	StepCommit     = "commit"      // after every request, before bbolt commits
 )
 

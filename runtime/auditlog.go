@@ -1,0 +1,51 @@
+package runtime
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/uuid"
+	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// auditEvents builds the audit events (RFC-0001 8.1) of the transitions
+// hist[from:] of the attempt rec, records their ids in rec, and returns
+// them for the store to append in the same update as rec. start is when the
+// attempt began; info describes its failure, if any.
+func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo) []txn.AuditEvent {
+	out := make([]txn.AuditEvent, 0, len(hist)-from)
+	for _, t := range hist[from:] {
+		e := audit.Event{
+			EventID:      ids.Ordered(),
+			Timestamp:    t.At.UnixMilli(),
+			ToolID:       rec.ToolID,
+			ToolVersion:  rec.ToolVersion,
+			ExecutionID:  rec.ExecutionID,
+			CallID:       rec.CallID,
+			Attempt:      rec.Attempt,
+			State:        string(t.To),
+			UserID:       rec.Principal,
+			Capabilities: rec.Capabilities,
+			InputHash:    rec.InputHash,
+		}
+		if t.To.Terminal() || t.To == lifecycle.Aborted {
+			d := t.At.Sub(start).Milliseconds()
+			e.Duration = &d
+			if info != nil {
+				e.Error = &audit.ErrorDetails{Type: info.Type, Code: info.Code, Message: info.Message}
+			}
+		}
+		if t.To == lifecycle.Completed {
+			e.OutputHash = rec.OutputHash
+		}
+		data, err := json.Marshal(e)
+		if err != nil { // strings and numbers only: cannot happen, but never drop evidence silently
+			data, _ = json.Marshal(map[string]string{"eventId": e.EventID, "executionId": e.ExecutionID, "state": e.State, "encodingError": err.Error()})
+		}
+		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
+		out = append(out, txn.AuditEvent{Data: data})
+	}
+	return out
+}
