@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/toolgate/toolgate/audit"
@@ -40,10 +39,7 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 		if t.To == lifecycle.Completed {
 			e.OutputHash = rec.OutputHash
 		}
-		data, err := json.Marshal(e)
-		if err != nil { // strings and numbers only: cannot happen, but never drop evidence silently
-			data, _ = json.Marshal(map[string]string{"eventId": e.EventID, "executionId": e.ExecutionID, "state": e.State, "encodingError": err.Error()})
-		}
+		data := e.AppendJSON(make([]byte, 0, 512))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
 		out = append(out, txn.AuditEvent{Data: data})
 	}

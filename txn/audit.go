@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -35,42 +36,74 @@ type AuditEntry struct {
 	Event    json.RawMessage `json:"event"`
 }
 
-// appendAudit appends events to the chain inside the caller's update.
+// appendAudit appends events to the chain inside the caller's update. The
+// events of one write are stored under one key (the sequence number of the
+// first, big-endian) as a JSON array of entries: one bbolt put per write
+// rather than per event, which matters because every put materializes the
+// path to the tree's last leaf.
 func appendAudit(tx *bolt.Tx, events []AuditEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	meta, log := tx.Bucket(bucketMeta), tx.Bucket(bucketAudit)
+	log := tx.Bucket(bucketAudit)
+	log.FillPercent = 1.0 // append-only: split full pages, not half-full ones
 	var seq uint64
 	var link [32]byte
-	if head := meta.Get(keyAuditHead); head != nil {
+	if head := log.Get(keyAuditHead); head != nil {
 		if len(head) != 40 {
 			return fmt.Errorf("%w: audit head is %d bytes", ErrCorrupt, len(head))
 		}
 		seq = binary.BigEndian.Uint64(head)
 		copy(link[:], head[8:])
 	}
+	key := binary.BigEndian.AppendUint64(nil, seq+1)
+	size := 2
 	for _, ev := range events {
-		if !json.Valid(ev.Data) {
-			return fmt.Errorf("%w: audit event is not valid JSON", ErrInvalidRecord)
+		size += len(ev.Data) + 200
+	}
+	// The entries are the JSON form of []AuditEntry, written by hand: this
+	// runs inside the serialized commit. Each ev.Data was validated by
+	// checkAuditEvents before the write was queued.
+	value := append(make([]byte, 0, size), '[')
+	for i, ev := range events {
+		if i > 0 {
+			value = append(value, ',')
 		}
-		prev := ""
-		if seq > 0 {
-			prev = hex.EncodeToString(link[:])
-		}
+		value = append(value, `{"seq":`...)
 		seq++
+		value = strconv.AppendUint(value, seq, 10)
+		value = append(value, `,"prevHash":"`...)
+		if seq > 1 {
+			value = hex.AppendEncode(value, link[:])
+		}
 		sum := sha256.Sum256(ev.Data)
-		link = sha256.Sum256(append(link[:], sum[:]...))
-		entry, err := json.Marshal(AuditEntry{Seq: seq, PrevHash: prev, Hash: hex.EncodeToString(link[:]), Event: ev.Data})
-		if err != nil {
-			return err
-		}
-		if err := log.Put(binary.BigEndian.AppendUint64(nil, seq), entry); err != nil {
-			return fmt.Errorf("txn: append audit event %d: %w", seq, err)
-		}
+		var buf [64]byte
+		copy(buf[:32], link[:])
+		copy(buf[32:], sum[:])
+		link = sha256.Sum256(buf[:])
+		value = append(value, `","hash":"`...)
+		value = hex.AppendEncode(value, link[:])
+		value = append(value, `","event":`...)
+		value = append(value, ev.Data...)
+		value = append(value, '}')
+	}
+	value = append(value, ']')
+	if err := log.Put(key, value); err != nil {
+		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key), err)
 	}
 	head := binary.BigEndian.AppendUint64(make([]byte, 0, 40), seq)
-	return meta.Put(keyAuditHead, append(head, link[:]...))
+	return log.Put(keyAuditHead, append(head, link[:]...))
+}
+
+// checkAuditEvents refuses events that are not one valid JSON value, before
+// their write is queued.
+func checkAuditEvents(events []AuditEvent) error {
+	for i, ev := range events {
+		if !json.Valid(ev.Data) {
+			return fmt.Errorf("%w: audit event %d is not valid JSON", ErrInvalidRecord, i)
+		}
+	}
+	return nil
 }
 
 // AuditLog returns up to limit entries (limit <= 0: all) from seq from on.
@@ -82,15 +115,32 @@ func (s *Store) AuditLog(ctx context.Context, from uint64, limit int) ([]AuditEn
 			return nil
 		}
 		c := log.Cursor()
-		for k, v := c.Seek(binary.BigEndian.AppendUint64(nil, from)); k != nil; k, v = c.Next() {
-			if limit > 0 && len(out) == limit {
-				break
+		// The group holding from starts at or before it.
+		k, v := c.Seek(binary.BigEndian.AppendUint64(nil, from))
+		if k == nil || len(k) != 8 || binary.BigEndian.Uint64(k) > from {
+			if pk, pv := c.Prev(); pk != nil {
+				k, v = pk, pv
+			} else {
+				k, v = c.First()
 			}
-			var e AuditEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("%w: audit entry %x: %v", ErrCorrupt, k, err)
+		}
+		for ; k != nil; k, v = c.Next() {
+			if len(k) != 8 {
+				continue // the head
 			}
-			out = append(out, e)
+			var group []AuditEntry
+			if err := json.Unmarshal(v, &group); err != nil {
+				return fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, binary.BigEndian.Uint64(k), err)
+			}
+			for _, e := range group {
+				if e.Seq < from {
+					continue
+				}
+				if limit > 0 && len(out) == limit {
+					return nil
+				}
+				out = append(out, e)
+			}
 		}
 		return nil
 	})

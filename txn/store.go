@@ -234,6 +234,9 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 	if err != nil {
 		return err
 	}
+	if err := checkAuditEvents(events); err != nil {
+		return err
+	}
 	id := []byte(rec.ExecutionID)
 	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
 		func(tx *bolt.Tx) error {
@@ -372,6 +375,9 @@ func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAuditEvents(events); err != nil {
+		return nil, err
+	}
 	id := []byte(rec.ExecutionID)
 	err = s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
 		func(tx *bolt.Tx) error {
@@ -445,7 +451,9 @@ func recordPresent(tx *bolt.Tx, id []byte) error {
 // time-ordered, so new records are appended at the end of the tree, and a
 // batch of them dirties a few pages rather than one per record.
 func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
-	if err := tx.Bucket(bucketExecutions).Put(key, data); err != nil {
+	b := tx.Bucket(bucketExecutions)
+	b.FillPercent = 0.9 // keys are time-ordered: pages fill at the end; leave room for the final record
+	if err := b.Put(key, data); err != nil {
 		return fmt.Errorf("txn: store execution %q: %w", key, err)
 	}
 	return nil

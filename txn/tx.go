@@ -241,6 +241,9 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	if err != nil {
 		return err
 	}
+	if err := checkAuditEvents(events); err != nil {
+		return err
+	}
 	s, id := t.store, []byte(t.id)
 	err = s.write(ctx, func(tx *bolt.Tx) error {
 		if err := s.failpoint(StepCheckReads); err != nil {
@@ -290,6 +293,9 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 	}
 	summary, data, err := t.seal(final, false)
 	t.end()
+	if err == nil {
+		err = checkAuditEvents(events)
+	}
 	if err != nil {
 		return err
 	}

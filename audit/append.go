@@ -1,0 +1,89 @@
+package audit
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// AppendJSON appends the JSON encoding of e, the document MarshalJSON
+// writes (same fields, order and omissions; strings escaped minimally, so
+// the bytes can differ where encoding/json escapes <, >, & or U+2028/9, but
+// never the decoded value), without reflection. The runtime encodes one
+// event per lifecycle transition on its hot path.
+func (e *Event) AppendJSON(b []byte) []byte {
+	b = append(b, '{')
+	if e.Seq != 0 {
+		b = append(b, `"seq":`...)
+		b = strconv.AppendUint(b, e.Seq, 10)
+		b = append(b, ',')
+	}
+	if e.PrevHash != "" {
+		b = append(b, `"prevHash":`...)
+		b = appendJSONString(b, e.PrevHash)
+		b = append(b, ',')
+	}
+	b = append(b, `"eventId":`...)
+	b = appendJSONString(b, e.EventID)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, e.Timestamp, 10)
+	b = append(b, `,"toolId":`...)
+	b = appendJSONString(b, e.ToolID)
+	b = append(b, `,"toolVersion":`...)
+	b = appendJSONString(b, e.ToolVersion)
+	b = append(b, `,"executionId":`...)
+	b = appendJSONString(b, e.ExecutionID)
+	b = append(b, `,"callId":`...)
+	b = appendJSONString(b, e.CallID)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, e.State)
+	if e.UserID != "" {
+		b = append(b, `,"userId":`...)
+		b = appendJSONString(b, e.UserID)
+	}
+	b = append(b, `,"capabilities":[`...)
+	for i, c := range e.Capabilities {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, c)
+	}
+	b = append(b, ']')
+	if e.Duration != nil {
+		b = append(b, `,"duration":`...)
+		b = strconv.AppendInt(b, *e.Duration, 10)
+	}
+	if e.Error != nil {
+		b = append(b, `,"error":{"type":`...)
+		b = appendJSONString(b, e.Error.Type)
+		b = append(b, `,"code":`...)
+		b = appendJSONString(b, e.Error.Code)
+		b = append(b, `,"message":`...)
+		b = appendJSONString(b, e.Error.Message)
+		b = append(b, '}')
+	}
+	b = append(b, `,"inputHash":`...)
+	b = appendJSONString(b, e.InputHash)
+	if e.OutputHash != "" {
+		b = append(b, `,"outputHash":`...)
+		b = appendJSONString(b, e.OutputHash)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString writes s as a JSON string; each invalid UTF-8 byte
+// becomes U+FFFD, as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		var v strings.Builder
+		for i := 0; i < len(s); {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			v.WriteRune(r) // RuneError for an invalid byte, with size 1
+			i += size
+		}
+		s = v.String()
+	}
+	return appendString(b, s)
+}
