@@ -22,6 +22,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -84,6 +85,10 @@ type Report struct {
 	// and the terminal record, as the runtime stores them for the no-op tool.
 	ClaimBytes int `json:"claim_record_bytes"`
 	FinalBytes int `json:"final_record_bytes"`
+	// The audit log values written with the claim and with the commit (the
+	// events of their transitions), which the floor writes too.
+	ClaimAuditBytes  int `json:"claim_audit_bytes"`
+	CommitAuditBytes int `json:"commit_audit_bytes"`
 
 	// The storage layout the floor reproduces: "uuid4" (random) or "uuid7"
 	// (time-ordered) record keys, and whether each record also gets an
@@ -164,6 +169,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, b.fail(err)
 	}
 	rep.ClaimBytes, rep.FinalBytes = len(claim), len(final)
+	rep.ClaimAuditBytes, rep.CommitAuditBytes = len(lay.claimAudit), len(lay.commitAudit)
 	rep.RecordKeys, rep.ExecIndex = "uuid4", lay.index
 	if lay.ordered {
 		rep.RecordKeys = "uuid7"
@@ -324,6 +330,10 @@ func invocation() tgruntime.Invocation {
 type layout struct {
 	ordered bool // execution ids are time-ordered (UUID version 7), not random
 	index   bool // each record also gets an entry in the exec_index bucket
+	// The audit log values the runtime wrote with the claim and with the
+	// commit (one group per write, under its first sequence number), copied
+	// from the probe's database; empty if the runtime keeps no audit bucket.
+	claimAudit, commitAudit []byte
 }
 
 // records runs one invocation through a runtime and returns the encoded
@@ -378,6 +388,18 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 			return fmt.Errorf("bench: the probe's record is not in the %q bucket; the storage layout changed", bucketExecutions)
 		}
 		lay.index = tx.Bucket(bucketIndex) != nil
+		if log := tx.Bucket(bucketAudit); log != nil {
+			// The probe ran one invocation: its claim wrote the first group,
+			// its commit the second.
+			c := log.Cursor()
+			k, v := c.First()
+			if k != nil && len(k) == 8 {
+				lay.claimAudit = bytes.Clone(v)
+				if k, v = c.Next(); k != nil && len(k) == 8 {
+					lay.commitAudit = bytes.Clone(v)
+				}
+			}
+		}
 		return nil
 	})
 	return claim, final, lay, err
@@ -416,6 +438,8 @@ var (
 	bucketExecutions = []byte("executions")
 	bucketIndex      = []byte("exec_index")
 	bucketExecuting  = []byte("executing")
+	bucketAudit      = []byte("audit")
+	keyAuditHead     = []byte{0xff}
 )
 
 // floor measures bare bbolt doing the runtime's writes for one invocation:
@@ -436,7 +460,7 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 	}
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
-		buckets := [][]byte{bucketExecutions, bucketExecuting}
+		buckets := [][]byte{bucketExecutions, bucketExecuting, bucketAudit}
 		if lay.index {
 			buckets = append(buckets, bucketIndex)
 		}
@@ -451,6 +475,21 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 		return Phase{}, fmt.Errorf("bench: floor database: %w", err)
 	}
 	var ids idGen
+	var auditSeq atomic.Uint64
+	// appendAudit writes a group of audit entries and the chain head, as
+	// txn does in the same update as the record.
+	appendAudit := func(tx *bolt.Tx, group []byte) error {
+		if len(group) == 0 {
+			return nil
+		}
+		log := tx.Bucket(bucketAudit)
+		log.FillPercent = 1.0
+		seq := auditSeq.Add(1)
+		if err := log.Put(binary.BigEndian.AppendUint64(nil, seq), group); err != nil {
+			return err
+		}
+		return log.Put(keyAuditHead, make([]byte, 40))
+	}
 	ph, err := b.measure(callers, func() error {
 		key := ids.next(lay.ordered)
 		// The claim (txn.Store.Begin): the record, its creation-order index
@@ -470,7 +509,10 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 					return err
 				}
 			}
-			return tx.Bucket(bucketExecuting).Put(key, nil)
+			if err := tx.Bucket(bucketExecuting).Put(key, nil); err != nil {
+				return err
+			}
+			return appendAudit(tx, lay.claimAudit)
 		})
 		if err != nil {
 			return fmt.Errorf("bench: floor claim: %w", err)
@@ -481,7 +523,10 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 			if err := tx.Bucket(bucketExecutions).Put(key, final); err != nil {
 				return err
 			}
-			return tx.Bucket(bucketExecuting).Delete(key)
+			if err := tx.Bucket(bucketExecuting).Delete(key); err != nil {
+				return err
+			}
+			return appendAudit(tx, lay.commitAudit)
 		})
 		if err != nil {
 			return fmt.Errorf("bench: floor commit: %w", err)
