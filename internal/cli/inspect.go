@@ -126,8 +126,8 @@ func newShowCmd(g *globals, stdio Stdio) *cobra.Command {
 		Use:   "show EXECUTION_ID",
 		Short: "Show one stored execution attempt with its transitions",
 		Long: `Show the stored record of one execution attempt: its tool, principal, state,
-timing, granted capabilities, hashes, output, error, write-set, and every
-lifecycle transition with its reason. With --json, print the record as
+timing, granted capabilities, hashes, output, error, write-set, audit event
+ids, and every lifecycle transition with its reason. With --json, print the record as
 stored. An unknown execution id exits 2.
 
 ` + inspectLockHelp,
@@ -203,6 +203,9 @@ func writeRecord(w io.Writer, r *txn.Record, stack bool) error {
 		}
 	}
 	field("Write-set", writeSet(r))
+	if len(r.AuditEvents) > 0 {
+		field("Audit events", strings.Join(r.AuditEvents, ", "))
+	}
 	fmt.Fprintln(w, "\nTransitions:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM -> TO\tEVENT\tAT\t+DELTA\tREASON")

@@ -466,3 +466,25 @@ func TestInspect_Locks(t *testing.T) {
 		}
 	}
 }
+
+// show lists the attempt's audit event ids, one per transition.
+func TestShow_AuditEvents(t *testing.T) {
+	workdir(t)
+	r := toolgate(t, "", "run", "file.read", "--json", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`)
+	var res struct {
+		ExecutionID string `json:"executionId"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	r = toolgate(t, "", "show", res.ExecutionID)
+	line := ""
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "Audit events:") {
+			line = l
+		}
+	}
+	if n := strings.Count(line, ","); line == "" || n != 3 {
+		t.Fatalf("want 4 audit event ids (one per transition), got %q", line)
+	}
+}
