@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -22,20 +23,22 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
 		done = done[:0]
 		claims := tx.Bucket(bucketExecuting)
-		var ids [][]byte
-		if err := claims.ForEach(func(k, _ []byte) error {
-			ids = append(ids, append([]byte(nil), k...))
+		type claim struct{ id, data []byte }
+		var found []claim
+		if err := claims.ForEach(func(k, v []byte) error {
+			found = append(found, claim{bytes.Clone(k), bytes.Clone(v)})
 			return nil
 		}); err != nil {
 			return err
 		}
-		execs := tx.Bucket(bucketExecutions)
-		for _, id := range ids {
-			data := execs.Get(id)
-			if data == nil {
-				return fmt.Errorf("%w: claim %q has no record", ErrCorrupt, id)
+		for _, c := range found {
+			id := c.id
+			if len(c.data) == 0 {
+				// Files written before claims held their record keep it in
+				// the executions bucket.
+				c.data = tx.Bucket(bucketExecutions).Get(id)
 			}
-			rec, err := decodeRecord(string(id), data)
+			rec, err := decodeRecord(string(id), c.data)
 			if err != nil {
 				return err
 			}

@@ -29,7 +29,7 @@ var (
 	bucketMeta       = []byte("meta")
 	bucketExecutions = []byte("executions")
 	bucketState      = []byte("state")
-	bucketExecuting  = []byte("executing") // ids of records in EXECUTING: the claims to recover
+	bucketExecuting  = []byte("executing") // the claims: records in EXECUTING, by id
 	keyFormat        = []byte("format")
 )
 
@@ -259,7 +259,7 @@ func (s *Store) audit(tx *bolt.Tx, events []AuditEvent) error {
 func (s *Store) Get(ctx context.Context, executionID string) (*Record, error) {
 	var rec *Record
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		data := tx.Bucket(bucketExecutions).Get([]byte(executionID))
+		data := getRecord(tx, []byte(executionID))
 		if data == nil {
 			return fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
 		}
@@ -293,13 +293,31 @@ func (f *Filter) match(r *Record) bool {
 func (s *Store) List(ctx context.Context, f Filter) ([]*Record, error) {
 	var out []*Record
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketExecutions).Cursor()
-		for id, data := c.First(); id != nil; id, data = c.Next() {
+		// Final records and claims, merged in id order.
+		done := tx.Bucket(bucketExecutions).Cursor()
+		var claims *bolt.Cursor
+		if b := tx.Bucket(bucketExecuting); b != nil {
+			claims = b.Cursor()
+		}
+		dk, dv := done.First()
+		var ck, cv []byte
+		if claims != nil {
+			ck, cv = claims.First()
+		}
+		for dk != nil || ck != nil {
 			if f.Limit > 0 && len(out) == f.Limit {
 				break
 			}
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			var id, data []byte
+			if ck == nil || dk != nil && bytes.Compare(dk, ck) < 0 {
+				id, data = dk, dv
+				dk, dv = done.Next()
+			} else {
+				id, data = ck, cv
+				ck, cv = claims.Next()
 			}
 			rec, err := decodeRecord(string(id), data)
 			if err != nil {
@@ -381,14 +399,11 @@ func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*
 	id := []byte(rec.ExecutionID)
 	err = s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
 		func(tx *bolt.Tx) error {
-			if err := insertRecord(tx, id, data); err != nil {
-				return err
-			}
 			if err := s.failpoint(StepClaim); err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketExecuting).Put(id, nil); err != nil {
-				return err
+			if err := tx.Bucket(bucketExecuting).Put(id, data); err != nil {
+				return fmt.Errorf("txn: claim execution %q: %w", id, err)
 			}
 			return s.audit(tx, events)
 		})
@@ -430,41 +445,56 @@ func translate(err error) error {
 	return err
 }
 
-// recordAbsent fails with ErrExists if the execution has a record.
+// recordAbsent fails with ErrExists if the execution has a record, final
+// or claimed.
 func recordAbsent(tx *bolt.Tx, id []byte) error {
-	if tx.Bucket(bucketExecutions).Get(id) != nil {
+	if getRecord(tx, id) != nil {
 		return fmt.Errorf("%w: execution %q", ErrExists, id)
 	}
 	return nil
 }
 
-// recordPresent fails with ErrNotFound unless the execution has a record.
-func recordPresent(tx *bolt.Tx, id []byte) error {
-	if tx.Bucket(bucketExecutions).Get(id) == nil {
-		return fmt.Errorf("%w: execution %q", ErrNotFound, id)
+// claimPresent fails with ErrNotFound unless the execution is claimed
+// (begun and not yet committed or rolled back).
+func claimPresent(tx *bolt.Tx, id []byte) error {
+	if tx.Bucket(bucketExecuting).Get(id) == nil {
+		return fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)
 	}
 	return nil
 }
 
-// insertRecord stores a new record; recordAbsent has checked that the id
-// is new. Records are keyed by execution id alone: the runtime's ids are
-// time-ordered, so new records are appended at the end of the tree, and a
+// getRecord returns the stored record of id: its final record, or its
+// claim while it executes. A claim lives in the small executing bucket
+// until the commit or rollback moves the final record into the large,
+// append-mostly executions bucket: each record enters that tree once.
+func getRecord(tx *bolt.Tx, id []byte) []byte {
+	if data := tx.Bucket(bucketExecutions).Get(id); data != nil {
+		return data
+	}
+	if claims := tx.Bucket(bucketExecuting); claims != nil { // absent from files of read-only opens made before it existed
+		return claims.Get(id)
+	}
+	return nil
+}
+
+// insertRecord stores a final record; recordAbsent or claimPresent has
+// checked the id. Records are keyed by execution id alone: the runtime's ids
+// are time-ordered, so records are inserted near the end of the tree, and a
 // batch of them dirties a few pages rather than one per record.
 func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
 	b := tx.Bucket(bucketExecutions)
-	b.FillPercent = 0.9 // keys are time-ordered: pages fill at the end; leave room for the final record
+	b.FillPercent = 0.9 // keys are nearly time-ordered: pages fill at the end
 	if err := b.Put(key, data); err != nil {
 		return fmt.Errorf("txn: store execution %q: %w", key, err)
 	}
 	return nil
 }
 
-// finishRecord overwrites the record of an execution stored by Begin with
-// its terminal record and drops its claim from the executing index.
-// recordPresent has checked that it exists.
+// finishRecord stores the terminal record of an execution begun by Begin and
+// drops its claim. claimPresent has checked that it is claimed.
 func finishRecord(tx *bolt.Tx, key []byte, data []byte) error {
-	if err := tx.Bucket(bucketExecutions).Put(key, data); err != nil {
-		return fmt.Errorf("txn: store execution %q: %w", key, err)
+	if err := insertRecord(tx, key, data); err != nil {
+		return err
 	}
 	return tx.Bucket(bucketExecuting).Delete(key)
 }

@@ -249,7 +249,7 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		if err := s.failpoint(StepCheckReads); err != nil {
 			return err
 		}
-		if err := recordPresent(tx, id); err != nil {
+		if err := claimPresent(tx, id); err != nil {
 			return err
 		}
 		return t.checkReads(tx)
@@ -300,7 +300,7 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 		return err
 	}
 	id := []byte(t.id)
-	err = t.store.write(ctx, func(tx *bolt.Tx) error { return recordPresent(tx, id) },
+	err = t.store.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, id) },
 		func(tx *bolt.Tx) error {
 			if err := finishRecord(tx, id, data); err != nil {
 				return err

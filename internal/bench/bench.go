@@ -492,11 +492,11 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 	}
 	ph, err := b.measure(callers, func() error {
 		key := ids.next(lay.ordered)
-		// The claim (txn.Store.Begin): the record, its creation-order index
-		// entry if the runtime keeps one, and its entry in the executing
-		// index.
+		// The claim (txn.Store.Begin): the EXECUTING record in the executing
+		// bucket, a creation-order index entry if the runtime keeps one, and
+		// the audit events of the transitions so far.
 		err := db.Update(func(tx *bolt.Tx) error {
-			if err := tx.Bucket(bucketExecutions).Put(key, claim); err != nil {
+			if err := tx.Bucket(bucketExecuting).Put(key, claim); err != nil {
 				return err
 			}
 			if lay.index {
@@ -509,18 +509,18 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 					return err
 				}
 			}
-			if err := tx.Bucket(bucketExecuting).Put(key, nil); err != nil {
-				return err
-			}
 			return appendAudit(tx, lay.claimAudit)
 		})
 		if err != nil {
 			return fmt.Errorf("bench: floor claim: %w", err)
 		}
-		// The commit (txn.Tx.Commit): the terminal record over the claim,
-		// and the executing entry removed. The no-op tool writes no state.
+		// The commit (txn.Tx.Commit): the terminal record into the
+		// executions bucket, the claim removed, the last audit event. The
+		// no-op tool writes no state.
 		err = db.Update(func(tx *bolt.Tx) error {
-			if err := tx.Bucket(bucketExecutions).Put(key, final); err != nil {
+			execs := tx.Bucket(bucketExecutions)
+			execs.FillPercent = 0.9 // as txn
+			if err := execs.Put(key, final); err != nil {
 				return err
 			}
 			if err := tx.Bucket(bucketExecuting).Delete(key); err != nil {
