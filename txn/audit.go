@@ -13,8 +13,11 @@ import (
 )
 
 var (
-	bucketAudit  = []byte("audit")
-	keyAuditHead = []byte("audit_head") // in meta: 8-byte last seq + 32-byte last link
+	bucketAudit = []byte("audit")
+	// keyAuditHead holds the 8-byte last seq and the 32-byte last link. It
+	// lives in the audit bucket and sorts after every 8-byte entry key, so
+	// it shares the last leaf page with the newest entries.
+	keyAuditHead = []byte{0xff}
 )
 
 // AuditEvent is an audit event to append in the same update as the write it

@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/txn"
 )
@@ -378,5 +380,53 @@ func TestStore_AuditChain(t *testing.T) {
 	}
 	if tail, _ := s.AuditLog(ctx, 95, 0); len(tail) != 2 || tail[0].Seq != 95 {
 		t.Fatalf("AuditLog(from 95) = %d entries", len(tail))
+	}
+}
+
+// A panic inside a write's callback fails that write and leaves the store
+// usable: the next writes commit and Close returns.
+func TestStore_PanicInCommit(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	s.Put(ctx, newRecord("a", "t", "FAILED"))
+	tx, _ := s.Begin(ctx, executing("c"))
+	tx.Put("n", "k", []byte("v"))
+	s.Close()
+	s = openStoreAt(t, s.Path())
+	_, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { panic("boom") })
+	if err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("Recover with a panicking callback = %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Put(ctx, newRecord("b", "t", "FAILED")) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Put after a panicked write: %v", err)
+		}
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("the store is wedged after a panic in a write")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Namespaces may hold any byte; a scan's conflict check must look at the
+// namespace and prefix it scanned.
+func TestTx_Scan_NamespaceWithNUL(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	tx, _ := s.Begin(ctx, executing("x"))
+	if _, err := tx.Scan("a\x00b", "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := s.Begin(ctx, executing("o"))
+	other.Put("a\x00b", "c1", []byte("1"))
+	if err := other.Commit(ctx, finalOf("o")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx, finalOf("x")); !errors.Is(err, txn.ErrConflict) {
+		t.Fatalf("Commit = %v, want ErrConflict", err)
 	}
 }

@@ -164,6 +164,9 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 	if y := t.Year(); y < 0 || y > 9999 {
 		return nil, errors.New("time year outside of range [0,9999]")
 	}
+	if _, off := t.Zone(); off <= -24*3600 || off >= 24*3600 {
+		return nil, errors.New("time zone offset outside of range (-24h, 24h)")
+	}
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"'), nil

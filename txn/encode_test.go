@@ -85,4 +85,8 @@ func TestAppendRecord_Refuses(t *testing.T) {
 	if _, err := appendRecord(nil, &Record{ExecutionID: "x", StartedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
 		t.Error("year 10000 accepted")
 	}
+	// json.Unmarshal refuses a zone offset of 24h or more: never write one.
+	if _, err := appendRecord(nil, &Record{ExecutionID: "x", StartedAt: time.Now().In(time.FixedZone("z", 25*3600))}); err == nil {
+		t.Error("zone offset +25:00 accepted")
+	}
 }

@@ -33,11 +33,6 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 		}
 		for _, c := range found {
 			id := c.id
-			if len(c.data) == 0 {
-				// Files written before claims held their record keep it in
-				// the executions bucket.
-				c.data = tx.Bucket(bucketExecutions).Get(id)
-			}
 			rec, err := decodeRecord(string(id), c.data)
 			if err != nil {
 				return err
@@ -54,6 +49,9 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 				return err
 			}
 			if err := finishRecord(tx, id, out); err != nil {
+				return err
+			}
+			if err := checkAuditEvents(events); err != nil {
 				return err
 			}
 			if err := appendAudit(tx, events); err != nil {

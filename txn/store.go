@@ -23,7 +23,10 @@ import (
 const DefaultTimeout = time.Second
 
 // formatVersion is the storage layout version written to the meta bucket.
-const formatVersion uint64 = 1
+//
+// 2: claims hold their record in the executing bucket, audit events are
+// stored in groups with the chain head in the audit bucket, no exec_index.
+const formatVersion uint64 = 2
 
 var (
 	bucketMeta       = []byte("meta")

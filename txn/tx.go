@@ -28,8 +28,11 @@ type Tx struct {
 	done   bool
 	writes map[string]map[string]op // namespace -> key -> pending op; nil once done
 	reads  map[string]map[string]op // namespace -> key -> what the first read from the store saw
-	scans  map[string][32]byte      // namespace+"\x00"+prefix -> digest of what the first scan saw
+	scans  map[scanKey][32]byte     // digest of what the first scan of each prefix saw
 }
+
+// scanKey names a scanned prefix of a namespace.
+type scanKey struct{ namespace, prefix string }
 
 // Entry is one key and value of tool-visible state.
 type Entry struct {
@@ -108,10 +111,10 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 		return nil, err
 	}
 	if t.scans == nil {
-		t.scans = make(map[string][32]byte)
+		t.scans = make(map[scanKey][32]byte)
 	}
-	if _, seen := t.scans[namespace+"\x00"+prefix]; !seen {
-		t.scans[namespace+"\x00"+prefix] = digest(committed)
+	if k := (scanKey{namespace, prefix}); !hasKey(t.scans, k) {
+		t.scans[k] = digest(committed)
 	}
 	merged := make(map[string][]byte, len(committed))
 	for _, e := range committed {
@@ -182,9 +185,8 @@ func (t *Tx) checkReads(tx *bolt.Tx) error {
 		}
 	}
 	for k, d := range t.scans {
-		ns, prefix, _ := strings.Cut(k, "\x00")
-		if digest(scanState(tx, ns, prefix)) != d {
-			return fmt.Errorf("%w: keys under %s/%q changed since this transaction scanned them", ErrConflict, ns, prefix)
+		if digest(scanState(tx, k.namespace, k.prefix)) != d {
+			return fmt.Errorf("%w: keys under %s/%q changed since this transaction scanned them", ErrConflict, k.namespace, k.prefix)
 		}
 	}
 	return nil
@@ -387,4 +389,9 @@ func applyWrites(tx *bolt.Tx, writes map[string]map[string]op, failpoint func(st
 		}
 	}
 	return nil
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }

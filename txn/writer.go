@@ -93,18 +93,26 @@ func (s *Store) commitBatch(batch []*writeReq) {
 	for len(batch) > 0 {
 		failed, failErr := -1, error(nil)
 		s.batches.Add(1)
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bolt.Tx) error {
 			for i, r := range batch {
+				failed = i // blamed if check or apply panics
 				if results[i] = r.check(tx); results[i] != nil {
 					continue
 				}
 				if err := r.apply(tx); err != nil {
-					failed, failErr = i, err
+					failErr = err
 					return errAbortBatch
 				}
 			}
+			failed = -1
 			return s.failpoint(StepCommit)
 		})
+		var p *panicError
+		if errors.As(err, &p) && failed >= 0 {
+			failErr = p // the request that panicked fails alone, like a failed apply
+		} else if failErr == nil {
+			failed = -1
+		}
 		if failed >= 0 {
 			// Undone by bbolt; answer the failed request and redo the rest.
 			batch[failed].done <- failErr
@@ -128,6 +136,24 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		}
 		return
 	}
+}
+
+// panicError is a panic recovered from a bbolt update.
+type panicError struct{ value any }
+
+func (p *panicError) Error() string { return fmt.Sprintf("txn: panic during commit: %v", p.value) }
+
+// update runs db.Update, turning a panic (a caller's callback, or bbolt
+// meeting a corrupt page) into an error: bbolt has already rolled the update
+// back and released its lock, and the batch's requests must still be
+// answered and the leadership handed on.
+func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{v}
+		}
+	}()
+	return s.db.Update(fn)
 }
 
 // poison records the first commit failure; every later operation returns it.
