@@ -1,24 +1,27 @@
 // Package txn is toolgate's bbolt-backed execution store. It persists the
-// record of each execution attempt, with its state history, and provides
-// the state transaction (Tx) through which a tool reads and writes its
-// key-value state.
+// record of each execution attempt, with its state history, the audit log,
+// and provides the state transaction (Tx) through which a tool reads and
+// writes its key-value state.
 //
 // # Records
 //
 // A [Record] describes one attempt: its tool, its lifecycle state and
-// transitions, its output or error, and a summary of its write-set. Records
-// that never enter a transaction (FAILED, DENIED, ABORTED before execution)
-// are stored once with [Store.Put]. Records are never overwritten except by
-// the Tx that claimed them. [Store.List] returns them in creation order.
+// transitions, its output or error, a summary of its write-set and the ids
+// of its audit events. Records that never enter a transaction (FAILED,
+// DENIED, ABORTED before execution) are stored once with [Store.Put].
+// [Store.List] returns records in execution id order, which for the
+// runtime's time-ordered ids is creation order.
 //
 // # Transactions
 //
-// [Store.Begin] stores the EXECUTING record, which claims the execution id,
+// [Store.Begin] stores the EXECUTING record, the claim on the execution id,
 // and returns a [Tx]. The Tx buffers the tool's puts and deletes in memory;
-// its reads see that buffer first, then committed state. [Tx.Commit] applies
-// the buffer and the terminal record in one bbolt update, so either both are
-// durable or neither is. [Tx.Rollback] discards the buffer and stores the
-// terminal record. After either, every Tx method returns [ErrTxDone].
+// its reads ([Tx.Get], [Tx.Scan]) see that buffer first, then committed
+// state. [Tx.Commit] checks that nothing the Tx read has changed since
+// (else [ErrConflict]), then applies the buffer, stores the terminal record
+// and appends the audit events, in one bbolt update: all of it is durable or
+// none is. [Tx.Rollback] discards the buffer and stores the terminal record.
+// After either, every Tx method returns [ErrTxDone].
 //
 // The bbolt writer is never held while a tool runs: Begin, Commit and
 // Rollback are each one short update, and reads are short read
@@ -26,14 +29,36 @@
 // executions, and a tool that outlives its deadline cannot write once its
 // Tx has ended.
 //
-// # Storage layout
+// # Group commit
 //
-// The database holds four top-level buckets:
+// Writes are queued. A writer that finds no update in progress commits at
+// once on its own goroutine; writers that arrive meanwhile are committed
+// together by the next one, in one update and one fsync. There is no timer.
+// A write whose checks fail fails alone; one whose changes fail is taken out
+// and the rest redone. A failed update (an I/O error, a full disk) poisons
+// the Store: every later call returns [ErrPoisoned] until it is reopened.
+//
+// # Recovery
+//
+// A claim left behind by a crash (Begin without Commit or Rollback) is
+// finished by [Store.Recover], which the runtime calls when it opens the
+// store. Nothing needs undoing: a Tx's writes reach the file only in its
+// commit.
+//
+// # Audit log
+//
+// Put, Begin, Commit, Rollback and Recover append the audit events they are
+// given in the same update. [AuditEntry] numbers them without gaps and links
+// each to the one before with SHA-256; no method updates or deletes one.
+//
+// # Storage layout (format version 2)
 //
 //   - meta: the format version under key "format" (8-byte big-endian).
-//   - executions: execution id -> JSON-encoded Record.
-//   - exec_index: 8-byte big-endian sequence -> execution id, in creation order.
+//   - executing: execution id -> JSON Record of an attempt in EXECUTING.
+//   - executions: execution id -> JSON Record of a finished attempt.
 //   - state: one nested bucket per namespace, key -> value.
+//   - audit: 8-byte big-endian sequence of a write's first event -> JSON
+//     array of its entries; key 0xff -> last sequence and hash.
 //
 // # Errors
 //
