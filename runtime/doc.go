@@ -25,6 +25,15 @@
 //  10. commit, in one bbolt update with the final record (else ROLLED_BACK);
 //  11. COMPLETED, with the record carrying every transition.
 //
+// # Records, audit events and recovery
+//
+// Every attempt is recorded with each transition and its time; every
+// transition is also an audit event (RFC-0001 8.1), written in the same
+// update as the change it records ([Runtime.Execution], [Runtime.Executions],
+// [Runtime.AuditLog]). [Open] finishes any attempt a crash left EXECUTING:
+// ABORTED, then ROLLED_BACK with the reason "interrupted"; it is never run
+// again.
+//
 // # Errors and retries
 //
 // Failures are classified as in RFC-0001 7.1 (see [ErrValidation] and its
