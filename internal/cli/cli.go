@@ -111,6 +111,7 @@ with every lifecycle transition in a bbolt database.
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
+	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio))
 	return root
 }
 
