@@ -105,9 +105,16 @@ func checkAuditEvents(events []AuditEvent) error {
 		if !json.Valid(ev.Data) {
 			return fmt.Errorf("%w: audit event %d is not valid JSON", ErrInvalidRecord, i)
 		}
+		// Stored bytes are hashed as they are; whitespace around the value
+		// would not survive a decode and re-encode, so refuse it.
+		if n := len(ev.Data); isSpace(ev.Data[0]) || isSpace(ev.Data[n-1]) {
+			return fmt.Errorf("%w: audit event %d has whitespace around its JSON value", ErrInvalidRecord, i)
+		}
 	}
 	return nil
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // AuditLog returns up to limit entries (limit <= 0: all) from seq from on.
 func (s *Store) AuditLog(ctx context.Context, from uint64, limit int) ([]AuditEntry, error) {
