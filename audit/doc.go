@@ -25,4 +25,16 @@
 // names, plus the two chain fields (seq and prevHash) that link each event
 // to the one before it. [Event.Hash] is [Hash] of the event's JSON, so an
 // event read back from storage hashes to the same value it was written with.
+// toolgate's store keeps an event's place in the chain in the entry around
+// it instead, and [Event.AppendJSON] encodes events on the hot path.
+//
+// # Verification and checkpoints
+//
+// The store's log numbers entries from 1 and links each to the one before:
+// hash = SHA-256(previous hash || SHA-256(event bytes)) ([ChainHash]). A
+// [Verifier] replays the stored groups in order and reports the first bad
+// entry as a [*VerifyError]. Replay alone cannot see a deleted tail or a log
+// rewritten consistently from some entry on; a checkpoint (the size and head
+// hash, signed with ed25519 in the sumdb signed-note format) taken earlier
+// and kept elsewhere can: the log must still contain every entry it covers.
 package audit
