@@ -12,10 +12,11 @@ import (
 // auditEvents builds the audit events (RFC-0001 8.1) of the transitions
 // hist[from:] of the attempt rec, records their ids in rec, and returns
 // them for the store to append in the same update as rec. start is when the
-// attempt began; info describes its failure, if any.
-func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo) []txn.AuditEvent {
+// attempt began; info describes its failure, if any. Each event's id and
+// hash go to sp, when the attempt is traced.
+func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, sp *attemptSpans) []txn.AuditEvent {
 	out := make([]txn.AuditEvent, 0, len(hist)-from)
-	for _, t := range hist[from:] {
+	for i, t := range hist[from:] {
 		e := audit.Event{
 			EventID:      ids.Ordered(),
 			Timestamp:    t.At.UnixMilli(),
@@ -41,6 +42,7 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 		}
 		data := e.AppendJSON(make([]byte, 0, 512))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
+		sp.event(from+i, e.EventID, data)
 		out = append(out, txn.AuditEvent{Data: data})
 	}
 	return out

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"go.etcd.io/bbolt"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
@@ -94,6 +97,45 @@ func BenchmarkExecuteParallel(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkExecuteTelemetry is BenchmarkExecute/nosync with the OTel SDK
+// on: every span recorded (and dropped by a batch processor with no
+// exporter behind it), and every metric aggregated. BenchmarkExecute itself
+// runs without providers, the default.
+func BenchmarkExecuteTelemetry(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts func(*tgruntime.Options) func()
+	}{
+		{"traces", func(o *tgruntime.Options) func() {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+			o.TracerProvider = tp
+			return func() { tp.Shutdown(context.Background()) }
+		}},
+		{"metrics", func(o *tgruntime.Options) func() {
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			o.MeterProvider = mp
+			return func() { mp.Shutdown(context.Background()) }
+		}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			opts := &tgruntime.Options{Registry: registry(b), Grants: grantAll, NoSync: true}
+			defer mode.opts(opts)()
+			rt, err := tgruntime.Open(filepath.Join(b.TempDir(), "b.db"), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			inv := invoke("test.echo", `{"msg":"hello"}`)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := rt.Execute(context.Background(), inv); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -52,6 +52,45 @@
 // tool returns, and keeps its execution slot until then. Tools that must be
 // stoppable belong in a separate process.
 //
+// # Telemetry
+//
+// With [Options.TracerProvider] set, each invocation is a span named
+// "execute_tool {tool}" (kind INTERNAL, a child of the span in the caller's
+// context, covering every attempt and the waits between them) with the
+// OpenTelemetry GenAI attributes gen_ai.operation.name (execute_tool),
+// gen_ai.tool.name, gen_ai.tool.call.id, gen_ai.tool.description and
+// gen_ai.tool.type (function), and on failure error.type (the result's
+// error code: timeout, invalid_input, capability_denied, tool_error, panic,
+// ...) and an Error status. Under it, a span per attempt ("attempt {n}":
+// toolgate.execution.id, toolgate.attempt, toolgate.lifecycle.state), and
+// under each attempt a span per lifecycle phase that happened: validate,
+// authorize, acquire, begin, execute (the tool's own spans are its
+// children), validate_output, commit or rollback. A phase span carries the
+// state it reached (toolgate.lifecycle.state) and, when it ends in a
+// transition, that transition's audit event: toolgate.audit.event_id and
+// toolgate.audit.event_hash, the hex SHA-256 of the event as stored. In
+// order, the event ids are the record's AuditEvents. The input and output
+// (gen_ai.tool.call.arguments, gen_ai.tool.call.result) and error messages
+// go on spans only with [Options.RecordArguments].
+//
+// [Result.TraceID] and the record's TraceID name the trace of the span
+// context in effect (the runtime's, or the caller's without a
+// TracerProvider), if any.
+//
+// With [Options.MeterProvider] set, the runtime records (RFC-0001 8.2):
+// gen_ai.execute_tool.duration (histogram, seconds, per invocation, with
+// the GenAI buckets; gen_ai.tool.name, gen_ai.tool.type, error.type),
+// toolgate.executions (attempts, by gen_ai.tool.name,
+// toolgate.lifecycle.state and error.type), toolgate.capability.denials,
+// toolgate.rollbacks and toolgate.retries (by gen_ai.tool.name and
+// error.type).
+//
+// The runtime uses the OpenTelemetry API only; the application picks the
+// SDK and exporters. Without providers (or with the no-op ones) it does
+// none of this work. Telemetry never fails or blocks an invocation as far
+// as the runtime is concerned; use a batching span processor, which drops
+// spans rather than wait.
+//
 // # Concurrency
 //
 // A Runtime is safe for concurrent use. The bbolt writer is never held while

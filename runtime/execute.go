@@ -10,7 +10,10 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
@@ -64,19 +67,74 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	defer stopAbort()
 
 	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv}
+	if inv.Limits != nil {
+		c.limitsErr = lowerLimits(&c.decl.ResourceLimits, inv.Limits)
+	}
+	tel := r.tel.on()
+	if tel {
+		ctx = c.startTelemetry(ctx)
+	}
 	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		c.traceID = sc.TraceID().String()
+		res.TraceID = c.traceID
+	}
+	err = c.invoke(ctx, res)
+	if tel {
+		c.finishTelemetry(ctx, res)
+	}
+	return res, err
+}
+
+// invoke runs attempts until one completes or the retry policy gives up,
+// filling res.
+func (c *call) invoke(ctx context.Context, res *Result) error {
+	r := c.r
 	for n := 1; ; n++ {
 		att, out, err := c.attempt(ctx, n)
 		res.Attempts = append(res.Attempts, att)
 		res.ExecutionID, res.State, res.Error, res.Output = att.ExecutionID, att.State, att.Error, out
 		if err == nil {
-			return res, nil
+			return nil
 		}
 		if !r.retryable(&c.decl, err, n) || !sleep(ctx, r.backoff(n)) {
-			return res, err
+			return err
 		}
 	}
 }
+
+// lowerLimits applies an invocation's limits to the declared ones. A limit
+// may only be lowered: a zero field keeps the declared limit, and a value
+// above the declared one (or negative) is a ValidationError.
+func lowerLimits(declared *tools.ResourceLimits, inv *tools.ResourceLimits) error {
+	l := *declared
+	var errs []error
+	errs = lower(errs, "maxExecutionTime", &l.MaxExecutionTime, inv.MaxExecutionTime, time.Duration.String)
+	errs = lower(errs, "maxMemory", &l.MaxMemory, inv.MaxMemory, byteCount)
+	errs = lower(errs, "maxFileSize", &l.MaxFileSize, inv.MaxFileSize, byteCount)
+	errs = lower(errs, "maxOutputBytes", &l.MaxOutputBytes, inv.MaxOutputBytes, byteCount)
+	if err := errors.Join(errs...); err != nil {
+		return &ValidationError{Phase: "limits", Err: err}
+	}
+	*declared = l
+	return nil
+}
+
+// lower sets *limit to v if v lowers it (0 keeps it), or appends why not.
+func lower[T ~int64](errs []error, name string, limit *T, v T, show func(T) string) []error {
+	switch {
+	case v == 0:
+	case v < 0:
+		errs = append(errs, fmt.Errorf("%s %s is negative", name, show(v)))
+	case *limit > 0 && v > *limit:
+		errs = append(errs, fmt.Errorf("%s %s is more than the declared %s; an invocation may only lower a limit", name, show(v), show(*limit)))
+	default:
+		*limit = v
+	}
+	return errs
+}
+
+func byteCount(n int64) string { return strconv.FormatInt(n, 10) + " bytes" }
 
 // retryable applies RFC-0001 7.3: idempotent tools only, transient
 // ResourceErrors and TimeoutErrors only, fewer than MaxRetries retries so
@@ -122,20 +180,27 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // call is one invocation in progress.
 type call struct {
-	r     *Runtime
-	entry *tools.Entry
-	decl  tools.Declaration
-	inv   *Invocation
+	r         *Runtime
+	entry     *tools.Entry
+	decl      tools.Declaration // with the invocation's lowered limits
+	inv       *Invocation
+	limitsErr error // the invocation's limits are refused (rule 1)
+
+	// Telemetry, set only when the runtime has it.
+	start   time.Time     // when the invocation began
+	span    trace.Span    // the invocation's span, when it is recording
+	traceID string        // of the span context in effect, when valid
+	spans   *attemptSpans // the attempt in progress's spans, when traced
 }
 
-// attempt is one run through the lifecycle: enforcement rules 1 to 11 in
-// RFC order.
+// attempt is one run through the lifecycle, traced when the invocation is.
 func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, error) {
 	r := c.r
 	m := lifecycle.New(r.opts.Now)
 	rec := &txn.Record{
 		ExecutionID: r.ids.Ordered(),
 		CallID:      c.inv.CallID,
+		TraceID:     c.traceID,
 		Attempt:     n,
 		ToolID:      c.decl.ID,
 		ToolVersion: c.decl.Version,
@@ -143,14 +208,31 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 		InputHash:   hashJSON(c.inv.Input),
 		StartedAt:   m.Created(),
 	}
+	if c.span == nil {
+		return c.enforce(ctx, m, rec)
+	}
+	ctx, c.spans = c.startAttempt(ctx, rec.ExecutionID, n)
+	att, out, err := c.enforce(ctx, m, rec)
+	c.spans.finish(&att)
+	c.spans = nil
+	return att, out, err
+}
+
+// enforce applies enforcement rules 1 to 11 in RFC order. Each phase is
+// traced (c.spans; nil-safe) from its start to the transition it ends in.
+func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Record) (Attempt, json.RawMessage, error) {
+	r, sp := c.r, c.spans
 
 	// Rule 1: input validation, before anything else.
+	sp.phase("validate")
 	if err := c.validateInput(); err != nil {
 		return c.end(ctx, m, rec, lifecycle.EventInvalid, err)
 	}
 	m.Fire(lifecycle.EventValid, "")
+	sp.transitioned(m, nil)
 
 	// Rule 2: capability authorization, deny by default.
+	sp.phase("authorize")
 	d := capability.Authorize(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, r.grants(c.inv), r.opts.Now())
 	rec.Capabilities = capability.Strings(d.Granted)
 	if !d.Allowed() {
@@ -158,12 +240,15 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 			&AuthorizationError{Principal: d.Principal, Tool: d.Tool, Missing: d.Missing})
 	}
 	m.Fire(lifecycle.EventGranted, "")
+	sp.transitioned(m, nil)
 
 	// Rule 3: resource availability.
+	sp.phase("acquire")
 	release, err := c.acquire(ctx)
 	if err != nil {
 		return c.end(ctx, m, rec, lifecycle.EventAbort, err)
 	}
+	sp.ended(lifecycle.Authorized, nil)
 	handedOff := false // once the tool runs, its goroutine releases the slot
 	defer func() {
 		if !handedOff {
@@ -172,6 +257,7 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	}()
 
 	// Rule 4: the state transaction begins; persisting EXECUTING is the claim.
+	sp.phase("begin")
 	if ctx.Err() != nil {
 		return c.end(ctx, m, rec, lifecycle.EventAbort, c.ctxError(ctx, ctx))
 	}
@@ -180,7 +266,7 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	claim := *rec
 	claim.State = string(lifecycle.Executing)
 	claim.Transitions = transitions(hist)
-	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil)
+	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, sp)
 	tx, err := r.store.Begin(ctx, &claim, claimEvents...)
 	if err != nil {
 		// Nothing was written and nothing ran.
@@ -188,18 +274,23 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	}
 	rec.AuditEvents = claim.AuditEvents
 	m.FireAt(lifecycle.EventStart, "", start.At)
+	sp.transitioned(m, nil)
+	sp.flush(true)
 	if !tx.Active() {
 		return c.rollback(m, rec, tx, &StateError{Op: "begin", Err: errors.New("no active transaction")})
 	}
 
 	// Rules 5 to 8: execute under the deadline, through the granted handles.
+	sp.phase("execute")
 	handedOff = true
-	out, err := c.run(ctx, n, tx, release)
+	out, err := c.run(sp.context(ctx), rec.Attempt, tx, release)
 	if err != nil {
 		return c.rollback(m, rec, tx, err)
 	}
+	sp.ended(lifecycle.Executing, nil)
 
 	// Rule 9: output validation.
+	sp.phase("validate_output")
 	if max := c.decl.ResourceLimits.MaxOutputBytes; max > 0 && int64(len(out)) > max {
 		return c.rollback(m, rec, tx, &ResourceError{Resource: "output_limit",
 			Err: &tools.LimitError{Limit: "output_limit", Max: max, Got: int64(len(out))}})
@@ -207,25 +298,32 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 	if err := c.entry.ValidateOutput(out); err != nil {
 		return c.rollback(m, rec, tx, &ValidationError{Phase: "output", Err: err})
 	}
+	sp.ended(lifecycle.Executing, nil)
 
 	// Rule 10: commit; COMPLETED only once the commit is durable.
+	sp.phase("commit")
 	rec.Output = out
 	rec.OutputHash = hashJSON(out)
 	ok, _ := m.Next(lifecycle.EventOK, "", r.opts.Now())
 	hist = append(m.History(), ok)
 	final := c.final(rec, hist, nil)
-	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil)
+	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil, sp)
 	if err := tx.Commit(context.WithoutCancel(ctx), final, events...); err != nil {
 		rec.Output, rec.OutputHash = nil, ""
 		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
 	}
 	m.FireAt(lifecycle.EventOK, "", ok.At) // Commit ended the transaction: rule 10 holds
+	sp.transitioned(m, nil)
+	sp.flush(true)
 
 	// Rule 11: the record just committed carries every transition.
 	return c.attemptOf(m, rec, nil), out, nil
 }
 
 func (c *call) validateInput() error {
+	if c.limitsErr != nil {
+		return c.limitsErr
+	}
 	in := c.inv.Input
 	switch {
 	case len(in) == 0:
@@ -370,17 +468,23 @@ func aborts(err error) bool {
 // for an abort, the rollback that follows it; there is nothing to undo) and
 // stores the record.
 func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, ev lifecycle.Event, cause error) (Attempt, json.RawMessage, error) {
+	sp := c.spans
 	m.Fire(ev, cause.Error())
+	sp.transitioned(m, cause)
 	if ev == lifecycle.EventAbort {
+		sp.phase("rollback")
 		m.Fire(lifecycle.EventRollback, "nothing to undo: the tool did not run")
+		sp.transitioned(m, nil)
 	}
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause))
-	if perr := c.r.store.Put(context.WithoutCancel(ctx), final, events...); perr != nil {
+	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause), sp)
+	perr := c.r.store.Put(context.WithoutCancel(ctx), final, events...)
+	if perr != nil {
 		err = errors.Join(cause, &StateError{Op: "record", Err: perr})
 	}
+	sp.flush(perr == nil)
 	return c.attemptOf(m, rec, cause), nil, err
 }
 
@@ -388,20 +492,29 @@ func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, e
 // timeout, limit or cancel, straight to ROLLED_BACK otherwise; the write-set
 // is discarded and the record stored.
 func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause error) (Attempt, json.RawMessage, error) {
+	sp := c.spans
 	executed := len(m.History()) // the transitions up to EXECUTING, audited with the claim
 	if aborts(cause) {
 		m.Fire(lifecycle.EventAbort, cause.Error())
+		sp.transitioned(m, cause) // the phase in progress ends ABORTED
+		sp.phase("rollback")
 		m.Fire(lifecycle.EventRollback, "state restored to the pre-execution snapshot")
 	} else {
+		sp.ended(lifecycle.Executing, cause)
+		sp.phase("rollback")
 		m.Fire(lifecycle.EventFail, cause.Error())
 	}
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause))
+	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause), sp)
+	var serr error
 	if rerr := tx.Rollback(context.Background(), final, events...); rerr != nil {
-		err = errors.Join(cause, &StateError{Op: "rollback", Err: rerr})
+		serr = &StateError{Op: "rollback", Err: rerr}
+		err = errors.Join(cause, serr)
 	}
+	sp.transitioned(m, serr)
+	sp.flush(serr == nil)
 	return c.attemptOf(m, rec, cause), nil, err
 }
 

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -47,6 +50,22 @@ type Options struct {
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// TracerProvider receives a span per invocation, with a child per
+	// attempt and per lifecycle phase (see "Telemetry" in the package
+	// documentation). nil, like the no-op provider, means no spans: the
+	// runtime then does none of the work of building them.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider receives the execution metrics (see "Telemetry" in the
+	// package documentation). nil, like the no-op provider, means none.
+	MeterProvider metric.MeterProvider
+
+	// RecordArguments puts each invocation's input and output on its span
+	// (gen_ai.tool.call.arguments, gen_ai.tool.call.result), and error
+	// messages in span statuses. Off by default: they may be sensitive, and
+	// traces often leave the host.
+	RecordArguments bool
 }
 
 // RetryPolicy says when a failed attempt is tried again. Only idempotent

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // Invocation is one call of one tool.
@@ -18,6 +19,11 @@ type Invocation struct {
 	// Grants are capabilities granted for this call only, on top of what
 	// Options.Grants gives the principal (the CLI's --allow).
 	Grants []capability.Capability
+	// Limits lower the tool's declared resource limits for this call only:
+	// a zero field keeps the declared limit. A limit can only be lowered; a
+	// higher (or negative) value fails the invocation at rule 1 with a
+	// ValidationError (Phase "limits"), recorded FAILED.
+	Limits *tools.ResourceLimits
 }
 
 // Result is the outcome of an invocation: its final state, and every
@@ -25,6 +31,7 @@ type Invocation struct {
 type Result struct {
 	ExecutionID string          `json:"executionId"` // of the last attempt
 	CallID      string          `json:"callId"`
+	TraceID     string          `json:"traceId,omitempty"` // the trace the invocation's spans belong to, if any
 	Tool        string          `json:"tool"`
 	Version     string          `json:"version"`
 	State       lifecycle.State `json:"state"` // of the last attempt

@@ -24,6 +24,7 @@ type Runtime struct {
 	slots chan struct{}
 	pool  *workers
 	ids   uuid.Generator // execution ids, time-ordered
+	tel   telemetry
 
 	// stop is canceled when Close gives up waiting: every running attempt
 	// is then aborted and rolled back.
@@ -83,6 +84,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		pool:     newWorkers(),
 		stop:     stop,
 		abortAll: abort,
+		tel:      newTelemetry(&o),
 	}
 	if _, err := store.Recover(context.Background(), r.interrupted(o.Now())); err != nil {
 		abort()
@@ -109,7 +111,7 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
-		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info), nil
+		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, nil), nil
 	}
 }
 

@@ -17,6 +17,10 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	b = appendString(b, r.ExecutionID)
 	b = append(b, `,"callId":`...)
 	b = appendString(b, r.CallID)
+	if r.TraceID != "" {
+		b = append(b, `,"traceId":`...)
+		b = appendString(b, r.TraceID)
+	}
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(r.Attempt), 10)
 	b = append(b, `,"toolId":`...)

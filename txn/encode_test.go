@@ -30,7 +30,7 @@ func TestAppendRecord_MatchesEncodingJSON(t *testing.T) {
 	}
 	for i := range 2000 {
 		r := &Record{
-			ExecutionID: str() + "id", CallID: str(), Attempt: rng.IntN(10), ToolID: str() + "t", ToolVersion: str(),
+			ExecutionID: str() + "id", CallID: str(), TraceID: str(), Attempt: rng.IntN(10), ToolID: str() + "t", ToolVersion: str(),
 			Principal: str(), State: str() + "S", StartedAt: tm(), EndedAt: tm(),
 			InputHash: str(), OutputHash: str(),
 		}

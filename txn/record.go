@@ -16,6 +16,7 @@ const MaxKeyLen = 1024
 type Record struct {
 	ExecutionID  string           `json:"executionId"`
 	CallID       string           `json:"callId"`
+	TraceID      string           `json:"traceId,omitempty"` // the W3C trace id of the invocation, when traced
 	Attempt      int              `json:"attempt"`
 	ToolID       string           `json:"toolId"`
 	ToolVersion  string           `json:"toolVersion"`

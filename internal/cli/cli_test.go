@@ -33,6 +33,12 @@ func workdir(t *testing.T) string {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	t.Setenv("TOOLGATE_DB", filepath.Join(dir, "state", "toolgate.db"))
+	// No telemetry unless a test asks for it, whatever the environment says.
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+		"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
+		t.Setenv(v, "")
+	}
 	must(t, os.WriteFile("hello.txt", []byte("hello\n"), 0o600))
 	must(t, os.WriteFile("big.txt", bytes.Repeat([]byte("x"), 1<<20+1), 0o600))
 	must(t, os.Mkdir("sub", 0o700))

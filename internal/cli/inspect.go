@@ -125,9 +125,9 @@ func newShowCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show EXECUTION_ID",
 		Short: "Show one stored execution attempt with its transitions",
-		Long: `Show the stored record of one execution attempt: its tool, principal, state,
-timing, granted capabilities, hashes, output, error, write-set, audit event
-ids, and every lifecycle transition with its reason. With --json, print the record as
+		Long: `Show the stored record of one execution attempt: its tool, trace id,
+principal, state, timing, granted capabilities, hashes, output, error,
+write-set, audit event ids, and every lifecycle transition with its reason. With --json, print the record as
 stored. An unknown execution id exits 2.
 
 ` + inspectLockHelp,
@@ -165,6 +165,7 @@ func writeRecord(w io.Writer, r *txn.Record, stack bool) error {
 	field := func(name, value string) { fmt.Fprintf(w, "%-13s %s\n", name+":", value) }
 	field("Execution", clean(r.ExecutionID))
 	field("Call", clean(r.CallID))
+	field("Trace", orDash(clean(r.TraceID)))
 	field("Tool", clean(r.ToolID)+"@"+clean(r.ToolVersion))
 	field("Attempt", strconv.Itoa(r.Attempt))
 	field("Principal", orDash(clean(r.Principal)))

@@ -27,9 +27,10 @@ const maxInputFile = 64 << 20
 
 func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
-		input  string
-		allow  []string
-		callID string
+		input   string
+		allow   []string
+		callID  string
+		maxTime time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run TOOL[@VERSION]",
@@ -41,6 +42,8 @@ Nothing is granted by default: --allow grants a capability for this one call,
 for example --allow filesystem.read:. to read files below the current
 directory. Relative filesystem scopes are resolved against the current
 directory.
+
+` + telemetryHelp + `
 
 ` + exitCodesHelp,
 		Example: `  toolgate run file.read --allow filesystem.read:. --input '{"path":"README.md"}'
@@ -56,15 +59,23 @@ directory.
 			if err != nil {
 				return usageErr("--allow: %v", err)
 			}
-			rt, err := g.open()
+			tel := startTelemetry(cmd.Context(), stdio.Err)
+			defer tel.shutdown() // after rt.Close: every span has ended
+			opts := &tgruntime.Options{}
+			tel.configure(opts)
+			rt, err := g.open(opts)
 			if err != nil {
 				return err
 			}
 			defer rt.Close(context.Background()) // idempotent; the success path checks its error below
-			res, err := rt.Execute(cmd.Context(), tgruntime.Invocation{
+			inv := tgruntime.Invocation{
 				Tool: id, Version: version, Input: in, CallID: callID,
 				Principal: principal(), Grants: grants,
-			})
+			}
+			if maxTime != 0 {
+				inv.Limits = &tools.ResourceLimits{MaxExecutionTime: maxTime}
+			}
+			res, err := rt.Execute(tel.context(cmd.Context()), inv)
 			if errors.Is(err, tools.ErrToolNotFound) || errors.Is(err, tools.ErrVersionNotFound) {
 				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
 			}
@@ -92,10 +103,16 @@ directory.
 	cmd.Flags().StringVar(&input, "input", "{}", "input JSON; @FILE reads it from FILE, - from stdin")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability for this call, e.g. filesystem.read:. (repeatable)")
 	cmd.Flags().StringVar(&callID, "call-id", "", "the invocation's call id (default: a new UUID)")
+	// Lowers the tool's max execution time for this call (an invocation may
+	// only lower a declared limit); for tests that need a timeout.
+	cmd.Flags().DurationVar(&maxTime, "max-time", 0, "lower the tool's max execution time for this call")
+	cmd.Flags().MarkHidden("max-time")
 	return cmd
 }
 
-func (g *globals) open() (*tgruntime.Runtime, error) {
+// open opens the runtime on the database with the built-in tools and opts
+// (whose Registry it sets).
+func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 	path, err := g.dbPath()
 	if err != nil {
 		return nil, usageErr("%v", err)
@@ -104,7 +121,8 @@ func (g *globals) open() (*tgruntime.Runtime, error) {
 	if err != nil {
 		return nil, internalErr(err)
 	}
-	rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg})
+	opts.Registry = reg
+	rt, err := tgruntime.Open(path, opts)
 	if err != nil {
 		return nil, internalErr(err)
 	}
@@ -211,6 +229,9 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error)
 		last.EndedAt.Sub(res.Attempts[0].StartedAt).Round(time.Microsecond), res.ExecutionID)
 	if n := len(res.Attempts); n > 1 {
 		fmt.Fprintf(stdio.Err, ", %d attempts", n)
+	}
+	if res.TraceID != "" {
+		fmt.Fprintf(stdio.Err, ", trace %s", res.TraceID)
 	}
 	fmt.Fprintln(stdio.Err, ")")
 	if len(res.Attempts) > 1 {

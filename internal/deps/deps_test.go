@@ -39,7 +39,8 @@ var policy = map[string][]string{
 // forbidden are import prefixes no package of the module may use outside
 // the CLI, whatever the policy above says.
 var forbidden = map[string][]string{
-	"go.opentelemetry.io/otel/sdk": {"internal/cli", "cmd/toolgate"},
+	"go.opentelemetry.io/otel/sdk":       {"internal/cli", "cmd/toolgate"},
+	"go.opentelemetry.io/otel/exporters": {"internal/cli", "cmd/toolgate"},
 }
 
 func TestDependencyPolicy(t *testing.T) {
