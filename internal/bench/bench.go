@@ -7,10 +7,11 @@
 //   - the floor: bare bbolt updates writing the records the runtime writes
 //     per invocation (the EXECUTING claim, then the terminal record), one
 //     bbolt update per commit the runtime does, each run by its caller
-//     (no batching), with the bolt options package txn uses. The records'
-//     sizes, the form of their keys and whether a creation-order index is
-//     kept are taken from one invocation run through the runtime first, so
-//     the floor follows the storage layout of the runtime it measures;
+//     (no batching), with the bolt options package txn uses: the claim
+//     (record and audit events), then the final record, the claim removed
+//     and the last audit event. The sizes of the records and audit groups
+//     and the form of the keys are taken from one invocation run through
+//     the runtime first, so the floor writes what the runtime writes;
 //   - the runtime: a no-op tool with a small typed schema run through the
 //     whole Runtime.Execute path (validation, authorization, slot, claim,
 //     tool, output validation, commit).
@@ -90,11 +91,9 @@ type Report struct {
 	ClaimAuditBytes  int `json:"claim_audit_bytes"`
 	CommitAuditBytes int `json:"commit_audit_bytes"`
 
-	// The storage layout the floor reproduces: "uuid4" (random) or "uuid7"
-	// (time-ordered) record keys, and whether each record also gets an
-	// entry in the exec_index bucket.
+	// The form of the record keys the floor reproduces: "uuid4" (random) or
+	// "uuid7" (time-ordered).
 	RecordKeys string `json:"record_keys"`
-	ExecIndex  bool   `json:"exec_index"`
 
 	Floor   Pair   `json:"floor"`
 	Runtime Pair   `json:"runtime"`
@@ -170,7 +169,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.ClaimBytes, rep.FinalBytes = len(claim), len(final)
 	rep.ClaimAuditBytes, rep.CommitAuditBytes = len(lay.claimAudit), len(lay.commitAudit)
-	rep.RecordKeys, rep.ExecIndex = "uuid4", lay.index
+	rep.RecordKeys = "uuid4"
 	if lay.ordered {
 		rep.RecordKeys = "uuid7"
 	}
@@ -329,7 +328,6 @@ func invocation() tgruntime.Invocation {
 // floor needs to know.
 type layout struct {
 	ordered bool // execution ids are time-ordered (UUID version 7), not random
-	index   bool // each record also gets an entry in the exec_index bucket
 	// The audit log values the runtime wrote with the claim and with the
 	// commit (one group per write, under its first sequence number), copied
 	// from the probe's database; empty if the runtime keeps no audit bucket.
@@ -387,7 +385,6 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 		if tx.Bucket(bucketExecutions).Get([]byte(id)) == nil {
 			return fmt.Errorf("bench: the probe's record is not in the %q bucket; the storage layout changed", bucketExecutions)
 		}
-		lay.index = tx.Bucket(bucketIndex) != nil
 		if log := tx.Bucket(bucketAudit); log != nil {
 			// The probe ran one invocation: its claim wrote the first group,
 			// its commit the second.
@@ -436,7 +433,6 @@ func (b *bencher) runtime(name string, callers int) (Phase, error) {
 // The buckets the floor writes, named as package txn names them.
 var (
 	bucketExecutions = []byte("executions")
-	bucketIndex      = []byte("exec_index")
 	bucketExecuting  = []byte("executing")
 	bucketAudit      = []byte("audit")
 	keyAuditHead     = []byte{0xff}
@@ -461,9 +457,6 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
 		buckets := [][]byte{bucketExecutions, bucketExecuting, bucketAudit}
-		if lay.index {
-			buckets = append(buckets, bucketIndex)
-		}
 		for _, name := range buckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -493,21 +486,10 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 	ph, err := b.measure(callers, func() error {
 		key := ids.next(lay.ordered)
 		// The claim (txn.Store.Begin): the EXECUTING record in the executing
-		// bucket, a creation-order index entry if the runtime keeps one, and
-		// the audit events of the transitions so far.
+		// bucket and the audit events of the transitions so far.
 		err := db.Update(func(tx *bolt.Tx) error {
 			if err := tx.Bucket(bucketExecuting).Put(key, claim); err != nil {
 				return err
-			}
-			if lay.index {
-				index := tx.Bucket(bucketIndex)
-				seq, err := index.NextSequence()
-				if err != nil {
-					return err
-				}
-				if err := index.Put(binary.BigEndian.AppendUint64(nil, seq), key); err != nil {
-					return err
-				}
 			}
 			return appendAudit(tx, lay.claimAudit)
 		})
