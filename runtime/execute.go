@@ -79,11 +79,10 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 		c.traceID = sc.TraceID().String()
 		res.TraceID = c.traceID
 	}
-	err = c.invoke(ctx, res)
 	if tel {
-		c.finishTelemetry(ctx, res)
+		defer c.finishTelemetry(ctx, res) // deferred: spans end even if a bug panics here
 	}
-	return res, err
+	return res, c.invoke(ctx, res)
 }
 
 // invoke runs attempts until one completes or the retry policy gives up,
@@ -194,7 +193,7 @@ type call struct {
 }
 
 // attempt is one run through the lifecycle, traced when the invocation is.
-func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, error) {
+func (c *call) attempt(ctx context.Context, n int) (att Attempt, out json.RawMessage, err error) {
 	r := c.r
 	m := lifecycle.New(r.opts.Now)
 	rec := &txn.Record{
@@ -212,10 +211,11 @@ func (c *call) attempt(ctx context.Context, n int) (Attempt, json.RawMessage, er
 		return c.enforce(ctx, m, rec)
 	}
 	ctx, c.spans = c.startAttempt(ctx, rec.ExecutionID, n)
-	att, out, err := c.enforce(ctx, m, rec)
-	c.spans.finish(&att)
-	c.spans = nil
-	return att, out, err
+	defer func() {
+		c.spans.finish(&att)
+		c.spans = nil
+	}()
+	return c.enforce(ctx, m, rec)
 }
 
 // enforce applies enforcement rules 1 to 11 in RFC order. Each phase is

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -145,13 +147,13 @@ func (c *call) startTelemetry(ctx context.Context) context.Context {
 	}
 	c.span = span
 	span.SetAttributes(
-		semconv.GenAIToolCallID(c.inv.CallID),
+		semconv.GenAIToolCallID(spanText(c.inv.CallID, maxSpanText)),
 		semconv.GenAIToolDescription(c.decl.Description),
 		toolTypeFunction,
 		keyToolVersion.String(c.decl.Version),
 	)
 	if t.recordArgs {
-		span.SetAttributes(semconv.GenAIToolCallArgumentsKey.String(string(c.inv.Input)))
+		span.SetAttributes(semconv.GenAIToolCallArgumentsKey.String(spanText(string(c.inv.Input), maxSpanText)))
 	}
 	return ctx
 }
@@ -199,7 +201,7 @@ func (c *call) finishTelemetry(ctx context.Context, res *Result) {
 			keyAttempts.Int(len(res.Attempts)),
 		)
 		if t.recordArgs && len(res.Output) > 0 {
-			span.SetAttributes(semconv.GenAIToolCallResultKey.String(string(res.Output)))
+			span.SetAttributes(semconv.GenAIToolCallResultKey.String(spanText(string(res.Output), maxSpanText)))
 		}
 		if res.Error != nil {
 			span.SetAttributes(semconv.ErrorTypeKey.String(errType))
@@ -209,12 +211,34 @@ func (c *call) finishTelemetry(ctx context.Context, res *Result) {
 	}
 }
 
+// maxSpanText caps a caller-supplied string on a span (arguments, results,
+// call ids, messages): a span is not the record of truth, and one huge
+// attribute must not push an export batch past a collector's limit.
+const maxSpanText = 8 << 10
+
+// spanText makes s safe for a span attribute: valid UTF-8 (OTLP refuses
+// anything else, and the whole export batch with it) and at most max bytes,
+// marked when cut.
+func spanText(s string, max int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "...(truncated)"
+	}
+	return s
+}
+
 // statusText describes a failure for a span status: its class and code,
 // and its message only with RecordArguments (messages may quote the input).
 func (c *call) statusText(info *ErrorInfo) string {
 	s := info.Type + " (" + info.Code + ")"
 	if c.r.tel.recordArgs {
-		s += ": " + info.Message
+		s += ": " + spanText(info.Message, maxSpanText)
 	}
 	return s
 }

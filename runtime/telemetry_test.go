@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -529,5 +530,34 @@ func TestTelemetry_Metrics(t *testing.T) {
 	}
 	if !maps.Equal(counts, want) {
 		t.Fatalf("duration counts %v, want %v", counts, want)
+	}
+}
+
+// Caller-supplied text reaches spans as valid UTF-8 (OTLP drops a whole
+// export batch otherwise) and capped in size.
+func TestTelemetry_SpanTextIsSafe(t *testing.T) {
+	big := tool(decl("test.big", func(d *tools.Declaration) {
+		d.InputSchema = json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
+			"properties":{"msg":{"type":"string","description":"a message"}},"required":["msg"],"additionalProperties":false}`)
+		d.OutputSchema = d.InputSchema
+	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, nil })
+	tel := openTraced(t, &tgruntime.Options{RecordArguments: true}, big)
+	inv := invoke("test.big", `{"msg":"`+strings.Repeat("é", 20000)+`"}`)
+	inv.CallID = "call-\xff\xfe"
+	tel.execute(t, inv)
+	var a map[string]attribute.Value
+	for _, s := range tel.spans.Ended() {
+		if s.Name() == "execute_tool test.big" {
+			a = attrs(s)
+		}
+	}
+	for _, k := range []string{"gen_ai.tool.call.id", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"} {
+		v := a[k].AsString()
+		if !utf8.ValidString(v) || len(v) > 9<<10 || v == "" {
+			t.Fatalf("%s: %d bytes, valid UTF-8 %v", k, len(v), utf8.ValidString(v))
+		}
+	}
+	if !strings.HasSuffix(a["gen_ai.tool.call.arguments"].AsString(), "(truncated)") {
+		t.Fatal("a cut argument is not marked")
 	}
 }

@@ -19,11 +19,19 @@ JAEGER_VERSION=v1.47.0
 
 tmp=$(mktemp -d)
 jaeger_pid=""
+stop_jaeger() {
+  [ -n "$jaeger_pid" ] || return 0
+  kill "$jaeger_pid" 2>/dev/null || true
+  for _ in $(seq 50); do # up to 5 s, then for good
+    kill -0 "$jaeger_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$jaeger_pid" 2>/dev/null || true
+  wait "$jaeger_pid" 2>/dev/null || true
+  jaeger_pid=""
+}
 cleanup() {
-  if [ -n "$jaeger_pid" ]; then
-    kill "$jaeger_pid" 2>/dev/null || true
-    wait "$jaeger_pid" 2>/dev/null || true
-  fi
+  stop_jaeger
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -401,37 +409,55 @@ say "building toolgate"
 go build -o "$tmp/toolgate" ./cmd/toolgate || die "go build"
 
 # Every port Jaeger opens, on loopback, free ones (OTLP gRPC and HTTP,
-# query, admin, the legacy collector and agent ports).
-read -r p_otlp_grpc p_otlp_http p_query p_query_grpc p_admin p_coll_grpc p_coll_http p_sampling p_udp1 p_udp2 p_udp3 \
-  < <("$tmp/e2echeck" ports 8 3)
-query="http://127.0.0.1:$p_query"
-COLLECTOR_OTLP_ENABLED=true SPAN_STORAGE_TYPE=memory "$jaeger" \
-  --collector.otlp.enabled=true \
-  --collector.otlp.grpc.host-port="127.0.0.1:$p_otlp_grpc" \
-  --collector.otlp.http.host-port="127.0.0.1:$p_otlp_http" \
-  --query.http-server.host-port="127.0.0.1:$p_query" \
-  --query.grpc-server.host-port="127.0.0.1:$p_query_grpc" \
-  --admin.http.host-port="127.0.0.1:$p_admin" \
-  --collector.grpc-server.host-port="127.0.0.1:$p_coll_grpc" \
-  --collector.http-server.host-port="127.0.0.1:$p_coll_http" \
-  --http-server.host-port="127.0.0.1:$p_sampling" \
-  --reporter.grpc.host-port="127.0.0.1:$p_coll_grpc" \
-  --processor.jaeger-compact.server-host-port="127.0.0.1:$p_udp1" \
-  --processor.jaeger-binary.server-host-port="127.0.0.1:$p_udp2" \
-  --processor.zipkin-compact.server-host-port="127.0.0.1:$p_udp3" \
-  >"$tmp/jaeger.log" 2>&1 &
-jaeger_pid=$!
-say "Jaeger started (pid $jaeger_pid): OTLP gRPC 127.0.0.1:$p_otlp_grpc, OTLP HTTP 127.0.0.1:$p_otlp_http, UI $query"
-"$tmp/e2echeck" wait 60s "http://127.0.0.1:$p_admin/" "$query/api/services" || die "Jaeger did not become ready"
-kill -0 "$jaeger_pid" 2>/dev/null || die "Jaeger exited"
+# query, admin, the legacy collector and agent ports). A port picked free
+# can be taken before Jaeger binds it: then Jaeger exits, and it is started
+# again on new ports (three tries).
+start_jaeger() {
+  read -r p_otlp_grpc p_otlp_http p_query p_query_grpc p_admin p_coll_grpc p_coll_http p_sampling p_udp1 p_udp2 p_udp3 \
+    < <("$tmp/e2echeck" ports 8 3)
+  query="http://127.0.0.1:$p_query"
+  COLLECTOR_OTLP_ENABLED=true SPAN_STORAGE_TYPE=memory "$jaeger" \
+    --collector.otlp.enabled=true \
+    --collector.otlp.grpc.host-port="127.0.0.1:$p_otlp_grpc" \
+    --collector.otlp.http.host-port="127.0.0.1:$p_otlp_http" \
+    --query.http-server.host-port="127.0.0.1:$p_query" \
+    --query.grpc-server.host-port="127.0.0.1:$p_query_grpc" \
+    --admin.http.host-port="127.0.0.1:$p_admin" \
+    --collector.grpc-server.host-port="127.0.0.1:$p_coll_grpc" \
+    --collector.http-server.host-port="127.0.0.1:$p_coll_http" \
+    --http-server.host-port="127.0.0.1:$p_sampling" \
+    --reporter.grpc.host-port="127.0.0.1:$p_coll_grpc" \
+    --processor.jaeger-compact.server-host-port="127.0.0.1:$p_udp1" \
+    --processor.jaeger-binary.server-host-port="127.0.0.1:$p_udp2" \
+    --processor.zipkin-compact.server-host-port="127.0.0.1:$p_udp3" \
+    >"$tmp/jaeger.log" 2>&1 &
+  jaeger_pid=$!
+}
+ready=false
+for try in 1 2 3; do
+  start_jaeger
+  say "Jaeger started (pid $jaeger_pid): OTLP gRPC 127.0.0.1:$p_otlp_grpc, OTLP HTTP 127.0.0.1:$p_otlp_http, UI $query"
+  for _ in $(seq 60); do
+    kill -0 "$jaeger_pid" 2>/dev/null || break
+    if "$tmp/e2echeck" wait 1s "http://127.0.0.1:$p_admin/" "$query/api/services" >/dev/null 2>&1; then
+      ready=true
+      break
+    fi
+  done
+  $ready && break
+  say "Jaeger did not become ready (try $try of 3)"
+  tail -n 5 "$tmp/jaeger.log" >&2 || true
+  stop_jaeger
+done
+$ready || die "Jaeger did not become ready"
 
 work="$tmp/work"
 mkdir -p "$work"
 printf 'hello\n' >"$work/hello.txt"
 export TOOLGATE_DB="$tmp/toolgate.db"
-unset OTEL_SDK_DISABLED OTEL_TRACES_EXPORTER OTEL_METRICS_EXPORTER OTEL_SERVICE_NAME OTEL_RESOURCE_ATTRIBUTES \
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT OTEL_EXPORTER_OTLP_METRICS_ENDPOINT OTEL_EXPORTER_OTLP_TRACES_PROTOCOL \
-  OTEL_EXPORTER_OTLP_METRICS_PROTOCOL TRACEPARENT TRACESTATE
+# Nothing from the caller's environment may steer the export (a sampler, a
+# header, a timeout): every OTEL_ variable is cleared.
+unset $(compgen -e | grep '^OTEL_') TRACEPARENT TRACESTATE
 
 # Jaeger takes traces only: metrics off, else every run warns that they
 # were not exported.
