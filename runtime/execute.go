@@ -66,7 +66,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	stopAbort := context.AfterFunc(r.stop, func() { cancel(ErrClosed) })
 	defer stopAbort()
 
-	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv}
+	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv, inputHash: hashJSON(inv.Input)}
 	if inv.Limits != nil {
 		c.limitsErr = lowerLimits(&c.decl.ResourceLimits, inv.Limits)
 	}
@@ -183,7 +183,8 @@ type call struct {
 	entry     *tools.Entry
 	decl      tools.Declaration // with the invocation's lowered limits
 	inv       *Invocation
-	limitsErr error // the invocation's limits are refused (rule 1)
+	limitsErr error  // the invocation's limits are refused (rule 1)
+	inputHash string // of the canonical input, the same for every attempt
 
 	// Telemetry, set only when the runtime has it.
 	start   time.Time     // when the invocation began
@@ -204,7 +205,7 @@ func (c *call) attempt(ctx context.Context, n int) (att Attempt, out json.RawMes
 		ToolID:      c.decl.ID,
 		ToolVersion: c.decl.Version,
 		Principal:   c.inv.Principal,
-		InputHash:   hashJSON(c.inv.Input),
+		InputHash:   c.inputHash,
 		StartedAt:   m.Created(),
 	}
 	if c.span == nil {
