@@ -70,7 +70,36 @@ func (e *Event) AppendJSON(b []byte) []byte {
 		b = append(b, `,"outputHash":`...)
 		b = appendJSONString(b, e.OutputHash)
 	}
+	if d := e.Decision; d != nil {
+		b = append(b, `,"decision":{"id":`...)
+		b = appendJSONString(b, d.ID)
+		b = append(b, `,"policyRevision":`...)
+		b = appendJSONString(b, d.PolicyRevision)
+		b = append(b, `,"required":`...)
+		b = appendJSONStrings(b, d.Required)
+		b = append(b, `,"granted":`...)
+		b = appendJSONStrings(b, d.Granted)
+		b = append(b, `,"missing":`...)
+		b = appendJSONStrings(b, d.Missing)
+		if d.Reason != "" {
+			b = append(b, `,"reason":`...)
+			b = appendJSONString(b, d.Reason)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}')
+}
+
+// appendJSONStrings writes ss as a JSON array, nil as [].
+func appendJSONStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
 }
 
 // appendJSONString writes s as a JSON string; each invalid UTF-8 byte

@@ -39,6 +39,14 @@ func TestEvent_AppendJSON(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.Error = &audit.ErrorDetails{Type: str(), Code: str(), Message: str()}
 		}
+		if rng.IntN(2) == 0 {
+			e.Decision = &audit.Decision{ID: str(), PolicyRevision: str(), Reason: str()}
+			for _, l := range []*[]string{&e.Decision.Required, &e.Decision.Granted, &e.Decision.Missing} {
+				if rng.IntN(3) > 0 {
+					*l = []string{str(), str()}[:rng.IntN(3)]
+				}
+			}
+		}
 		want, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)

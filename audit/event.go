@@ -48,6 +48,28 @@ type Event struct {
 	InputHash string `json:"inputHash"`
 	// OutputHash is the hex SHA-256 of the canonical output, when there is one.
 	OutputHash string `json:"outputHash,omitempty"`
+	// Decision is the capability decision (enforcement rule 2), on the
+	// event of the transition it caused: AUTHORIZED or DENIED.
+	Decision *Decision `json:"decision,omitempty"`
+}
+
+// Decision records one capability decision: who (the event's userId) asked
+// to run what (its toolId), when (its timestamp), under which policy, and
+// what was required, granted and missing. Nil lists are written as [].
+type Decision struct {
+	// ID identifies the decision.
+	ID string `json:"id"`
+	// PolicyRevision is the SHA-256 of the policy decided under.
+	PolicyRevision string `json:"policyRevision"`
+	// Required lists the capabilities the tool declares.
+	Required []string `json:"required"`
+	// Granted lists the grants that met a requirement.
+	Granted []string `json:"granted"`
+	// Missing lists the requirements no grant met.
+	Missing []string `json:"missing"`
+	// Reason says why everything was denied regardless, e.g. an unreadable
+	// policy.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrorDetails describes why an attempt did not complete.
@@ -69,6 +91,15 @@ type eventJSON Event
 func (e Event) MarshalJSON() ([]byte, error) {
 	if e.Capabilities == nil {
 		e.Capabilities = []string{}
+	}
+	if d := e.Decision; d != nil && (d.Required == nil || d.Granted == nil || d.Missing == nil) {
+		c := *d
+		for _, l := range []*[]string{&c.Required, &c.Granted, &c.Missing} {
+			if *l == nil {
+				*l = []string{}
+			}
+		}
+		e.Decision = &c
 	}
 	return json.Marshal(eventJSON(e))
 }
@@ -100,6 +131,12 @@ func (e *Event) check() error {
 	strs = append(strs, e.Capabilities...)
 	if e.Error != nil {
 		strs = append(strs, e.Error.Type, e.Error.Code, e.Error.Message)
+	}
+	if d := e.Decision; d != nil {
+		strs = append(strs, d.ID, d.PolicyRevision, d.Reason)
+		strs = append(strs, d.Required...)
+		strs = append(strs, d.Granted...)
+		strs = append(strs, d.Missing...)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

@@ -121,16 +121,47 @@ func Strings(cs []Capability) []string {
 
 // Decision is the record of one authorization.
 type Decision struct {
-	Principal string
-	Tool      string
-	Required  []Capability
-	Granted   []Capability // the grants that met a requirement
-	Missing   []Capability // requirements no grant met
-	At        time.Time
+	ID             string // a random UUID, set by [Policy.Decide]
+	Principal      string
+	Tool           string
+	Required       []Capability
+	Granted        []Capability // the grants that met a requirement
+	Missing        []Capability // requirements no grant met
+	PolicyRevision string       // the [Policy.Revision] decided under, set by [Policy.Decide]
+	Reason         string       // set when everything is denied regardless, e.g. the policy is unreadable
+	At             time.Time
 }
 
-// Allowed reports whether nothing was missing.
-func (d Decision) Allowed() bool { return len(d.Missing) == 0 }
+// Allowed reports whether nothing was missing and nothing denied
+// everything.
+func (d Decision) Allowed() bool { return len(d.Missing) == 0 && d.Reason == "" }
+
+// Effective returns what a tool may reach once d allowed it: the
+// requirements themselves, narrowed to the grants. A scoped requirement
+// (filesystem.read:/srv/data) gives exactly its scope even when the grant
+// is broader; an unscoped one (filesystem.read) gives the scopes of the
+// grants that met it. So a tool reaches no more than it declared, and no
+// more than the principal holds.
+func (d Decision) Effective() []Capability {
+	var out []Capability
+	add := func(c Capability) {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	for _, req := range d.Required {
+		if req.Scope != "" {
+			add(req)
+			continue
+		}
+		for _, g := range d.Granted {
+			if g.Name == req.Name {
+				add(g)
+			}
+		}
+	}
+	return out
+}
 
 // Authorize decides whether grants meet every requirement. It denies by
 // default: a requirement is met only by a grant that covers it.

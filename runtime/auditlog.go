@@ -12,9 +12,10 @@ import (
 // auditEvents builds the audit events (RFC-0001 8.1) of the transitions
 // hist[from:] of the attempt rec, records their ids in rec, and returns
 // them for the store to append in the same update as rec. start is when the
-// attempt began; info describes its failure, if any. Each event's id and
+// attempt began; info describes its failure, if any; dec is the capability
+// decision, recorded on the AUTHORIZED or DENIED event. Each event's id and
 // hash go to sp, when the attempt is traced.
-func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, sp *attemptSpans) []txn.AuditEvent {
+func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, dec *audit.Decision, sp *attemptSpans) []txn.AuditEvent {
 	out := make([]txn.AuditEvent, 0, len(hist)-from)
 	for i, t := range hist[from:] {
 		e := audit.Event{
@@ -39,6 +40,9 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 		}
 		if t.To == lifecycle.Completed {
 			e.OutputHash = rec.OutputHash
+		}
+		if t.To == lifecycle.Authorized || t.To == lifecycle.Denied {
+			e.Decision = dec
 		}
 		data := e.AppendJSON(make([]byte, 0, 512))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)

@@ -51,11 +51,20 @@ type AuthorizationError struct {
 	Tool      string
 	Missing   []capability.Capability // rule 2: what no grant covered
 	Err       error                   // rule 7: the handle's *tools.AccessError
+
+	// Rule 2's decision: its id and policy revision, as in the audit log,
+	// and why everything was denied when the policy could not be read.
+	DecisionID     string
+	PolicyRevision string
+	Reason         string
 }
 
 func (e *AuthorizationError) Error() string {
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		return fmt.Sprintf("runtime: %s: %v", e.Tool, strings.TrimPrefix(e.Err.Error(), "tools: "))
+	case e.Reason != "":
+		return fmt.Sprintf("runtime: capability denied: %s: %s", e.Tool, e.Reason)
 	}
 	return fmt.Sprintf("runtime: capability denied: %s requires %s, not granted to %q",
 		e.Tool, strings.Join(capability.Strings(e.Missing), ", "), e.Principal)
@@ -63,8 +72,11 @@ func (e *AuthorizationError) Error() string {
 func (e *AuthorizationError) Unwrap() error        { return e.Err }
 func (e *AuthorizationError) Is(target error) bool { return target == ErrAuthorization }
 func (e *AuthorizationError) code() string {
-	if e.Err != nil {
+	switch {
+	case e.Err != nil:
 		return "capability_boundary"
+	case e.Reason != "":
+		return "policy_unavailable"
 	}
 	return "capability_denied"
 }

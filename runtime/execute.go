@@ -186,6 +186,10 @@ type call struct {
 	limitsErr error  // the invocation's limits are refused (rule 1)
 	inputHash string // of the canonical input, the same for every attempt
 
+	// Set by rule 2 for the attempt in progress.
+	decision *audit.Decision         // the capability decision, for the audit log
+	grants   []capability.Capability // what the attempt's handles expose
+
 	// Telemetry, set only when the runtime has it.
 	start   time.Time     // when the invocation began
 	span    trace.Span    // the invocation's span, when it is recording
@@ -208,6 +212,7 @@ func (c *call) attempt(ctx context.Context, n int) (att Attempt, out json.RawMes
 		InputHash:   c.inputHash,
 		StartedAt:   m.Created(),
 	}
+	c.decision, c.grants = nil, nil // decided afresh by each attempt
 	if c.span == nil {
 		return c.enforce(ctx, m, rec)
 	}
@@ -234,11 +239,13 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rule 2: capability authorization, deny by default.
 	sp.phase("authorize")
-	d := capability.Authorize(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, r.grants(c.inv), r.opts.Now())
+	d := r.policy.Decide(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, c.inv.Grants, r.opts.Now())
 	rec.Capabilities = capability.Strings(d.Granted)
+	c.decision = decisionRecord(d)
+	c.grants = d.Effective()
 	if !d.Allowed() {
-		return c.end(ctx, m, rec, lifecycle.EventDenied,
-			&AuthorizationError{Principal: d.Principal, Tool: d.Tool, Missing: d.Missing})
+		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
+			Missing: d.Missing, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
 	}
 	m.Fire(lifecycle.EventGranted, "")
 	sp.transitioned(m, nil)
@@ -267,7 +274,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	claim := *rec
 	claim.State = string(lifecycle.Executing)
 	claim.Transitions = transitions(hist)
-	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, sp)
+	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, c.decision, sp)
 	tx, err := r.store.Begin(ctx, &claim, claimEvents...)
 	if err != nil {
 		// Nothing was written and nothing ran.
@@ -308,7 +315,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	ok, _ := m.Next(lifecycle.EventOK, "", r.opts.Now())
 	hist = append(m.History(), ok)
 	final := c.final(rec, hist, nil)
-	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil, sp)
+	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil, nil, sp)
 	if err := tx.Commit(context.WithoutCancel(ctx), final, events...); err != nil {
 		rec.Output, rec.OutputHash = nil, ""
 		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
@@ -381,7 +388,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 	limit := c.decl.ResourceLimits.MaxExecutionTime
 	tctx, cancel := context.WithTimeoutCause(ctx, limit, errLimit)
 	defer cancel()
-	grants := c.r.grants(c.inv)
+	grants := slices.Clone(c.grants)
 	env := &tools.Env{
 		ExecutionID: tx.ID(),
 		CallID:      c.inv.CallID,
@@ -389,7 +396,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		Principal:   c.inv.Principal,
 		Grants:      grants,
 		Limits:      c.decl.ResourceLimits,
-		State:       &stateHandle{tx: tx, grants: slices.Clone(grants)},
+		State:       &stateHandle{tx: tx, grants: slices.Clone(c.grants)},
 		WorkDir:     c.r.opts.WorkDir,
 	}
 	defer env.Close()
@@ -480,7 +487,7 @@ func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, e
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause), sp)
+	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause), c.decision, sp)
 	perr := c.r.store.Put(context.WithoutCancel(ctx), final, events...)
 	if perr != nil {
 		err = errors.Join(cause, &StateError{Op: "record", Err: perr})
@@ -508,7 +515,7 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause), sp)
+	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause), nil, sp)
 	var serr error
 	if rerr := tx.Rollback(context.Background(), final, events...); rerr != nil {
 		serr = &StateError{Op: "rollback", Err: rerr}
@@ -541,6 +548,18 @@ func (c *call) attemptOf(m *lifecycle.Machine, rec *txn.Record, cause error) Att
 		StartedAt:   m.Created(),
 		EndedAt:     h[len(h)-1].At,
 		Transitions: h,
+	}
+}
+
+// decisionRecord is d as the audit log records it.
+func decisionRecord(d capability.Decision) *audit.Decision {
+	return &audit.Decision{
+		ID:             d.ID,
+		PolicyRevision: d.PolicyRevision,
+		Required:       capability.Strings(d.Required),
+		Granted:        capability.Strings(d.Granted),
+		Missing:        capability.Strings(d.Missing),
+		Reason:         d.Reason,
 	}
 }
 

@@ -17,7 +17,9 @@ import (
 // Rule 7 for state: a tool reaches only the namespaces granted to it.
 func TestExecute_StateNamespaces(t *testing.T) {
 	try := func(op func(s tools.State) error) tools.Tool {
-		return tool(decl("test.ns", func(d *tools.Declaration) { d.RequiredCapabilities = nil }),
+		return tool(decl("test.ns", func(d *tools.Declaration) {
+			d.RequiredCapabilities = []capability.Capability{capability.MustParse("state.read"), capability.MustParse("state.write")}
+		}),
 			func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, op(env.State) })
 	}
 	put := func(ns string) func(s tools.State) error {
@@ -59,6 +61,45 @@ func TestExecute_StateNamespaces(t *testing.T) {
 			var ae *tgruntime.AuthorizationError
 			if !errors.As(err, &ae) || !errors.Is(err, tools.ErrAccessDenied) || res.State != lifecycle.RolledBack {
 				t.Fatalf("err = %v, state %s; want a recorded handle refusal", err, res.State)
+			}
+		})
+	}
+}
+
+// Least privilege: a tool's handles expose what it declared, narrowed to
+// what the principal holds; a grant the tool did not declare, or the part of
+// a broader grant beyond the declared scope, is out of its reach.
+func TestExecute_HandlesExposeOnlyTheDeclared(t *testing.T) {
+	grants := map[string][]capability.Capability{"tester": {
+		capability.MustParse("state.write"), capability.MustParse("state.read:audit"),
+	}}
+	for _, tc := range []struct {
+		name     string
+		required []string
+		ns       string
+		allow    bool
+	}{
+		{"declared scope", []string{"state.write:orders"}, "orders", true},
+		{"beyond the declared scope, inside the grant", []string{"state.write:orders"}, "users", false},
+		{"not declared at all", nil, "orders", false},
+		{"declared read only", []string{"state.read:audit"}, "audit", false}, // the op is a put
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := capability.ParseList(tc.required)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants}, tool(decl("test.lp", func(d *tools.Declaration) { d.RequiredCapabilities = req }),
+				func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, env.State.Put(tc.ns, "k", []byte("v")) }))
+			res, err := rt.Execute(context.Background(), invoke("test.lp", `{"msg":"x"}`))
+			if tc.allow {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tools.ErrAccessDenied) || res.State != lifecycle.RolledBack {
+				t.Fatalf("err = %v, state %s; want the handle to refuse", err, res.State)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -84,7 +85,7 @@ func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgru
 		opts = &tgruntime.Options{}
 	}
 	opts.Registry = reg
-	if opts.Grants == nil {
+	if opts.Grants == nil && opts.Policy == nil {
 		opts.Grants = grantAll
 	}
 	opts.NoSync = true
@@ -122,6 +123,26 @@ func record(t *testing.T, rt *tgruntime.Runtime, id string) *txn.Record {
 		t.Fatalf("Get(%s): %v", id, err)
 	}
 	return rec
+}
+
+// auditEvents returns the audit events of one execution, decoded, in order.
+func auditEventsOf(t *testing.T, rt *tgruntime.Runtime, executionID string) []audit.Event {
+	t.Helper()
+	log, err := rt.AuditLog(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Event
+	for _, e := range log {
+		var ev audit.Event
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.ExecutionID == executionID {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // path returns the states a record went through, starting at DECLARED.

@@ -18,8 +18,14 @@ type Options struct {
 	// means a registry of the built-in tools.
 	Registry *tools.Registry
 
-	// Grants maps principals to the capabilities they hold. Everything not
-	// listed is denied.
+	// Policy grants capabilities to principals; everything it does not
+	// list is denied. A policy that failed to load (capability.LoadPolicy
+	// returns one with its error) denies everything, with the reason in
+	// each decision. nil means the policy built from Grants.
+	Policy *capability.Policy
+
+	// Grants is a shorthand for a Policy given as a Go value: principals
+	// and the capabilities they hold. Set Policy or Grants, not both.
 	Grants map[string][]capability.Capability
 
 	// Retry is the retry policy of RFC-0001 7.3.
@@ -126,6 +132,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Retry.BaseDelay < 0 || o.Retry.MaxDelay < 0 {
 		errs = append(errs, errors.New("runtime: retry delays must not be negative"))
+	}
+	if o.Policy != nil && o.Grants != nil {
+		errs = append(errs, errors.New("runtime: set Options.Policy or Options.Grants, not both"))
 	}
 	if o.OpenTimeout < 0 {
 		errs = append(errs, errors.New("runtime: OpenTimeout must not be negative"))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,13 +17,14 @@ import (
 
 // Runtime executes tools under RFC-0001. It is safe for concurrent use.
 type Runtime struct {
-	opts  Options
-	reg   *tools.Registry
-	store *txn.Store
-	slots chan struct{}
-	pool  *workers
-	ids   uuid.Generator // execution ids, time-ordered
-	tel   telemetry
+	opts   Options
+	policy *capability.Policy
+	reg    *tools.Registry
+	store  *txn.Store
+	slots  chan struct{}
+	pool   *workers
+	ids    uuid.Generator // execution ids, time-ordered
+	tel    telemetry
 
 	// stop is canceled when Close gives up waiting: every running attempt
 	// is then aborted and rolled back.
@@ -66,11 +66,15 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		o.WorkDir = wd
 	}
 	o.Registry.Freeze()
-	grants := make(map[string][]capability.Capability, len(o.Grants))
-	for p, g := range o.Grants {
-		grants[p] = slices.Clone(g) // the caller's map may change later; ours does not
+	policy := o.Policy
+	if policy == nil {
+		p, err := capability.NewPolicy(o.Grants) // copies: the caller's map may change later; ours does not
+		if err != nil {
+			return nil, fmt.Errorf("runtime: Options.Grants: %w", err)
+		}
+		policy = p
 	}
-	o.Grants = grants
+	o.Grants = nil
 	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
@@ -78,6 +82,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	stop, abort := context.WithCancel(context.Background())
 	r := &Runtime{
 		opts:     o,
+		policy:   policy,
 		reg:      o.Registry,
 		store:    store,
 		slots:    make(chan struct{}, o.MaxConcurrent),
@@ -111,7 +116,7 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
-		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, nil), nil
+		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, nil, nil), nil
 	}
 }
 
@@ -178,8 +183,5 @@ func (r *Runtime) enter() error {
 	return nil
 }
 
-// grants returns a fresh slice of what the principal holds for this
-// invocation: a tool that changes it changes nothing else.
-func (r *Runtime) grants(inv *Invocation) []capability.Capability {
-	return slices.Concat(r.opts.Grants[inv.Principal], inv.Grants)
-}
+// Policy returns the capability policy the runtime decides under.
+func (r *Runtime) Policy() *capability.Policy { return r.policy }

@@ -23,7 +23,7 @@ const module = "github.com/toolgate/toolgate"
 // bench command); only the CLI may use the OTel SDK.
 var policy = map[string][]string{
 	"lifecycle":          {"github.com/looplab/fsm"},
-	"capability":         {},
+	"capability":         {"internal/uuid"},
 	"tools":              {"capability", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver"},
 	"txn":                {"go.etcd.io/bbolt"},
 	"audit":              {},

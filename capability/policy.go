@@ -1,0 +1,314 @@
+package capability
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/toolgate/toolgate/internal/uuid"
+)
+
+// ErrPolicy is wrapped by every error loading or building a policy.
+var ErrPolicy = errors.New("capability: invalid policy")
+
+// Policy grants capabilities to principals. It denies by default: a
+// principal it does not list holds nothing. A Policy is immutable once
+// built, so one value may be shared by any number of goroutines.
+//
+// A policy that could not be loaded (see [LoadPolicy]) denies everything,
+// to every principal, and says why in each decision.
+type Policy struct {
+	grants   map[string][]Capability
+	revision string
+	err      error // the load failure of a deny-all policy
+}
+
+// NewPolicy builds a policy from a Go value: each principal and the
+// capabilities it holds. The map is copied. Principal names must be
+// non-empty and free of whitespace and control characters.
+func NewPolicy(grants map[string][]Capability) (*Policy, error) {
+	p := &Policy{grants: make(map[string][]Capability, len(grants))}
+	for _, name := range slices.Sorted(maps.Keys(grants)) {
+		if err := checkPrincipal(name); err != nil {
+			return nil, err
+		}
+		gs := slices.Clone(grants[name])
+		for _, g := range gs {
+			if _, err := Parse(g.String()); err != nil {
+				return nil, fmt.Errorf("%w: principal %q: %v", ErrPolicy, name, err)
+			}
+		}
+		slices.SortFunc(gs, func(a, b Capability) int { return strings.Compare(a.String(), b.String()) })
+		p.grants[name] = slices.Compact(gs)
+	}
+	p.revision = p.computeRevision()
+	return p, nil
+}
+
+// DenyAll returns a policy that denies everything to everyone, carrying
+// the reason: what a runtime uses when its policy cannot be read.
+func DenyAll(reason error) *Policy {
+	if reason == nil {
+		reason = errors.New("no policy")
+	}
+	sum := sha256.Sum256([]byte("deny-all\x00" + reason.Error()))
+	return &Policy{grants: map[string][]Capability{}, revision: "sha256:" + hex.EncodeToString(sum[:]), err: reason}
+}
+
+// policyFile is the JSON form of a policy file.
+type policyFile struct {
+	// Version is the file format, 1.
+	Version int `json:"version"`
+	// Principals maps each principal to the capabilities it holds.
+	Principals map[string][]string `json:"principals"`
+}
+
+// ParsePolicy parses the JSON form of a policy:
+//
+//	{
+//	  "version": 1,
+//	  "principals": {
+//	    "alice":  ["filesystem.read:/srv/data", "state.write:orders"],
+//	    "ci-bot": ["process.exec:git"]
+//	  }
+//	}
+//
+// Unknown fields, a version other than 1, a duplicate principal and an
+// invalid capability are errors that name the line and column. name labels
+// the errors (a file name, or "" for none).
+func ParsePolicy(name string, data []byte) (*Policy, error) {
+	where := func(off int64) string {
+		line, col := position(data, off)
+		if name == "" {
+			return fmt.Sprintf("line %d column %d", line, col)
+		}
+		return fmt.Sprintf("%s:%d:%d", name, line, col)
+	}
+	if err := checkDuplicates(data); err != nil {
+		var de *dupError
+		if errors.As(err, &de) {
+			return nil, fmt.Errorf("%w: %s: principal %q is listed twice", ErrPolicy, where(de.off), de.key)
+		}
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	var f policyFile
+	if err := d.Decode(&f); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return nil, fmt.Errorf("%w: %s: %v", ErrPolicy, where(se.Offset), err)
+		case errors.As(err, &te):
+			return nil, fmt.Errorf("%w: %s: %s must be %s", ErrPolicy, where(te.Offset), fieldName(te), expected(te))
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("%w: %s: empty; a policy is a JSON object such as {\"version\": 1, \"principals\": {}}", ErrPolicy, labelOr(name))
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrPolicy, where(d.InputOffset()), strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: %s: unexpected data after the policy object", ErrPolicy, where(d.InputOffset()))
+	}
+	if f.Version != 1 {
+		return nil, fmt.Errorf("%w: %s: \"version\" must be 1, got %d", ErrPolicy, labelOr(name), f.Version)
+	}
+	grants := make(map[string][]Capability, len(f.Principals))
+	for principal, caps := range f.Principals {
+		off := offsetOfKey(data, principal)
+		if err := checkPrincipal(principal); err != nil {
+			return nil, fmt.Errorf("%s: %w", where(off), err)
+		}
+		gs, err := ParseList(caps)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: principal %q: %v", ErrPolicy, where(off), principal, strings.TrimPrefix(err.Error(), "capability: "))
+		}
+		grants[principal] = gs
+	}
+	return NewPolicy(grants)
+}
+
+// LoadPolicy reads and parses the policy file at path. On any error it
+// returns, with the error, a policy that denies everything (see
+// [DenyAll]), so a caller that goes on regardless still fails closed.
+func LoadPolicy(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		err = fmt.Errorf("%w: %v", ErrPolicy, err)
+		return DenyAll(err), err
+	}
+	p, err := ParsePolicy(path, data)
+	if err != nil {
+		return DenyAll(err), err
+	}
+	return p, nil
+}
+
+// Revision identifies the policy's content: "sha256:" and the hex SHA-256
+// of its canonical form (principals and their grants, sorted), so the same
+// grants have the same revision whether they came from a file or a Go
+// value, and any change to them changes it.
+func (p *Policy) Revision() string { return p.revision }
+
+// Err returns why a deny-all policy denies everything, or nil.
+func (p *Policy) Err() error { return p.err }
+
+// Principals returns the principals the policy lists, sorted.
+func (p *Policy) Principals() []string { return slices.Sorted(maps.Keys(p.grants)) }
+
+// Grants returns a copy of what principal holds (nil for an unknown one).
+func (p *Policy) Grants(principal string) []Capability { return slices.Clone(p.grants[principal]) }
+
+// Decide authorizes principal to run tool: every requirement must be
+// covered by a grant of the policy or by one of extra (grants given for
+// this decision only, such as the CLI's --allow). The decision carries a
+// new id, the policy's revision and the time. A deny-all policy denies
+// everything, even a tool that requires nothing.
+func (p *Policy) Decide(principal, tool string, required, extra []Capability, at time.Time) Decision {
+	var d Decision
+	if p.err != nil {
+		d = Decision{Principal: principal, Tool: tool, Required: slices.Clone(required), Missing: slices.Clone(required), At: at}
+		d.Reason = "policy unavailable: " + strings.TrimPrefix(p.err.Error(), "capability: ")
+	} else {
+		d = Authorize(principal, tool, required, slices.Concat(p.grants[principal], extra), at)
+	}
+	d.ID = uuid.New()
+	d.PolicyRevision = p.revision
+	return d
+}
+
+func (p *Policy) computeRevision() string {
+	canon := make(map[string][]string, len(p.grants))
+	for name, gs := range p.grants {
+		canon[name] = Strings(gs) // already sorted and compacted
+	}
+	b, _ := json.Marshal(canon) // map keys are sorted by encoding/json; strings cannot fail
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func checkPrincipal(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty principal name", ErrPolicy)
+	}
+	if strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("%w: principal %q contains whitespace or control characters", ErrPolicy, name)
+	}
+	return nil
+}
+
+func labelOr(name string) string {
+	if name == "" {
+		return "policy"
+	}
+	return name
+}
+
+// position turns a byte offset into a 1-based line and column.
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	if off < 0 {
+		off = 0
+	}
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+func fieldName(te *json.UnmarshalTypeError) string {
+	if te.Field == "" {
+		return "the policy"
+	}
+	return fmt.Sprintf("%q", te.Field)
+}
+
+func expected(te *json.UnmarshalTypeError) string {
+	switch te.Type.Kind().String() {
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "a list of capability strings"
+	case "string":
+		return "a string"
+	case "int":
+		return "a number"
+	}
+	return te.Type.String()
+}
+
+// offsetOfKey finds where principal's key is written in the principals
+// object, for error positions; 0 when it cannot tell.
+func offsetOfKey(data []byte, key string) int64 {
+	quoted, _ := json.Marshal(key)
+	if i := bytes.Index(data, quoted); i >= 0 {
+		return int64(i + 1)
+	}
+	return 0
+}
+
+type dupError struct {
+	key string
+	off int64
+}
+
+func (e *dupError) Error() string { return "duplicate key " + e.key }
+
+// checkDuplicates refuses a principals object that names a principal
+// twice: encoding/json would silently keep the last one.
+func checkDuplicates(data []byte) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	var walk func(depth int, inPrincipals bool) error
+	walk = func(depth int, inPrincipals bool) error {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		delim, ok := tok.(json.Delim)
+		if !ok {
+			return nil
+		}
+		switch delim {
+		case '{':
+			seen := map[string]bool{}
+			for d.More() {
+				kt, err := d.Token()
+				if err != nil {
+					return err
+				}
+				k, _ := kt.(string)
+				if inPrincipals && seen[k] {
+					quoted, _ := json.Marshal(k)
+					return &dupError{key: k, off: d.InputOffset() - int64(len(quoted))}
+				}
+				seen[k] = true
+				if err := walk(depth+1, depth == 0 && k == "principals"); err != nil {
+					return err
+				}
+			}
+			_, err = d.Token()
+			return err
+		case '[':
+			for d.More() {
+				if err := walk(depth+1, false); err != nil {
+					return err
+				}
+			}
+			_, err = d.Token()
+			return err
+		}
+		return nil
+	}
+	return walk(0, false)
+}
