@@ -90,7 +90,9 @@ func TestExecute_HandlesExposeOnlyTheDeclared(t *testing.T) {
 				t.Fatal(err)
 			}
 			rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants}, tool(decl("test.lp", func(d *tools.Declaration) { d.RequiredCapabilities = req }),
-				func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, env.State.Put(tc.ns, "k", []byte("v")) }))
+				func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+					return in, env.State.Put(tc.ns, "k", []byte("v"))
+				}))
 			res, err := rt.Execute(context.Background(), invoke("test.lp", `{"msg":"x"}`))
 			if tc.allow {
 				if err != nil {
