@@ -112,6 +112,9 @@ func lowerLimits(declared *tools.ResourceLimits, inv *tools.ResourceLimits) erro
 	errs = lower(errs, "maxMemory", &l.MaxMemory, inv.MaxMemory, byteCount)
 	errs = lower(errs, "maxFileSize", &l.MaxFileSize, inv.MaxFileSize, byteCount)
 	errs = lower(errs, "maxOutputBytes", &l.MaxOutputBytes, inv.MaxOutputBytes, byteCount)
+	if inv.MaxConcurrent != 0 {
+		errs = append(errs, errors.New("maxConcurrent is the tool's own limit; an invocation cannot set it"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return &ValidationError{Phase: "limits", Err: err}
 	}
@@ -345,34 +348,60 @@ func (c *call) validateInput() error {
 	return nil
 }
 
-// acquire takes an execution slot, waiting up to SlotWait. The returned
-// release must be called exactly once.
+// acquire takes an execution slot of the tool (when it declares
+// maxConcurrent) and one of the runtime, waiting up to SlotWait for both.
+// The returned release must be called exactly once.
 func (c *call) acquire(ctx context.Context) (release func(), err error) {
 	r := c.r
 	if ctx.Err() != nil {
 		return nil, c.ctxError(ctx, ctx)
 	}
-	release = func() { <-r.slots }
-	select {
-	case r.slots <- struct{}{}:
-		return release, nil
-	default:
+	pools := []chan struct{}{r.slots}
+	if ts := r.toolSlots[c.decl.Key()]; ts != nil {
+		pools = []chan struct{}{ts, r.slots} // the tool's first: waiting for it must not hold a global slot
 	}
-	busy := &ResourceError{Resource: "concurrency", Transient: true,
-		Err: fmt.Errorf("all %d execution slots are busy", cap(r.slots))}
-	if r.opts.SlotWait < 0 {
-		return nil, busy
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	taken := 0
+	release = func() {
+		for _, p := range pools[:taken] {
+			<-p
+		}
 	}
-	t := time.NewTimer(r.opts.SlotWait)
-	defer t.Stop()
-	select {
-	case r.slots <- struct{}{}:
-		return release, nil
-	case <-t.C:
-		return nil, busy
-	case <-ctx.Done():
-		return nil, c.ctxError(ctx, ctx)
+	for _, p := range pools {
+		select {
+		case p <- struct{}{}:
+			taken++
+			continue
+		default:
+		}
+		busy := &ResourceError{Resource: "concurrency", Transient: true, Err: fmt.Errorf("all %d execution slots are busy", cap(p))}
+		if p != r.slots {
+			busy.Err = fmt.Errorf("all %d execution slots of %s are busy (its maxConcurrent)", cap(p), c.decl.Key())
+		}
+		if r.opts.SlotWait < 0 {
+			release()
+			return nil, busy
+		}
+		if t == nil {
+			t = time.NewTimer(r.opts.SlotWait)
+		}
+		select {
+		case p <- struct{}{}:
+			taken++
+		case <-t.C:
+			release()
+			return nil, busy
+		case <-ctx.Done():
+			release()
+			return nil, c.ctxError(ctx, ctx)
+		}
 	}
+	return release, nil
 }
 
 type outcome struct {

@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,5 +62,114 @@ func TestExecute_InvocationLimits(t *testing.T) {
 				t.Fatalf("code %q", rec.Error.Code)
 			}
 		})
+	}
+}
+
+// Rule 3 per tool: a tool declaring maxConcurrent runs at most that many
+// attempts at once; the next one waits (SlotWait) or gets a ResourceError
+// naming the tool, while other tools still find the runtime's slots free.
+func TestExecute_ToolSlots(t *testing.T) {
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	one := tool(decl("test.single", func(d *tools.Declaration) { d.ResourceLimits.MaxConcurrent = 1 }),
+		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			started <- struct{}{}
+			<-release
+			return in, nil
+		})
+	rt, _ := openRuntime(t, &tgruntime.Options{MaxConcurrent: 8, SlotWait: -1, Retry: tgruntime.RetryPolicy{MaxRetries: -1}}, one, echo("test.echo"))
+	first := make(chan error, 1)
+	go func() {
+		_, err := rt.Execute(context.Background(), invoke("test.single", `{"msg":"1"}`))
+		first <- err
+	}()
+	<-started
+
+	res, err := rt.Execute(context.Background(), invoke("test.single", `{"msg":"2"}`))
+	var re *tgruntime.ResourceError
+	if !errors.As(err, &re) || re.Resource != "concurrency" || !re.Transient || !strings.Contains(err.Error(), "test.single@1.0.0") {
+		t.Fatalf("second attempt: err = %v; want a transient concurrency ResourceError naming the tool", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathNoSlot)
+	if _, err := rt.Execute(context.Background(), invoke("test.echo", `{"msg":"x"}`)); err != nil {
+		t.Fatalf("another tool was held back by test.single's limit: %v", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Execute(context.Background(), invoke("test.single", `{"msg":"3"}`)); err != nil {
+		t.Fatalf("slot not released: %v", err)
+	}
+
+	inv := invoke("test.single", `{"msg":"x"}`)
+	inv.Limits = &tools.ResourceLimits{MaxConcurrent: 5}
+	if _, err := rt.Execute(context.Background(), inv); !errors.Is(err, tgruntime.ErrValidation) {
+		t.Errorf("an invocation set maxConcurrent: err = %v", err)
+	}
+}
+
+// Waiting for a tool slot holds no global slot: an attempt waiting for its
+// tool's slot takes the tool's slot before a global one, so other tools
+// still find the global slot free.
+func TestExecute_ToolSlotWaitHoldsNoGlobalSlot(t *testing.T) {
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	single := tool(decl("test.single", func(d *tools.Declaration) { d.ResourceLimits.MaxConcurrent = 1 }),
+		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			started <- struct{}{}
+			<-release
+			return in, nil
+		})
+	rt, _ := openRuntime(t, &tgruntime.Options{MaxConcurrent: 2, SlotWait: time.Minute}, single, echo("test.echo"))
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := rt.Execute(context.Background(), invoke("test.single", `{"msg":"x"}`))
+			done <- err
+		}()
+	}
+	<-started // one runs (1 of 2 global slots), the other waits for the tool's slot
+	if _, err := rt.Execute(context.Background(), invoke("test.echo", `{"msg":"x"}`)); err != nil {
+		t.Fatalf("the waiter held a global slot: %v", err)
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Rule 5 for in-process tools: a CPU-bound tool that checks its context is
+// aborted at the deadline, recorded as a timeout, and its writes rolled back.
+func TestExecute_CPUBoundToolAbortedAtDeadline(t *testing.T) {
+	var spins atomic.Int64
+	busy := tool(decl("test.spin", limit(50*time.Millisecond)), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		if err := env.State.Put("test", "last", []byte("dirty")); err != nil {
+			return msg{}, err
+		}
+		x := uint64(1)
+		for ctx.Err() == nil {
+			for range 10000 {
+				x = x*6364136223846793005 + 1442695040888963407
+			}
+			spins.Add(1)
+		}
+		return msg{Msg: strconv.FormatUint(x, 10)}, ctx.Err()
+	})
+	rt, _ := openRuntime(t, &tgruntime.Options{Retry: tgruntime.RetryPolicy{MaxRetries: -1}}, busy)
+	res, err := rt.Execute(context.Background(), invoke("test.spin", `{"msg":"x"}`))
+	var te *tgruntime.TimeoutError
+	if !errors.As(err, &te) || te.Caller || te.Limit != 50*time.Millisecond {
+		t.Fatalf("err = %v; want the tool's 50ms timeout", err)
+	}
+	if res.Error.Code != "timeout" {
+		t.Errorf("code = %q; want timeout (error.type on the span)", res.Error.Code)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	if spins.Load() == 0 {
+		t.Error("the tool never ran")
+	}
+	if _, ok := stateOf(t, rt); ok {
+		t.Error("the aborted tool's write was committed")
 	}
 }

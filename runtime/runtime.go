@@ -22,9 +22,12 @@ type Runtime struct {
 	reg    *tools.Registry
 	store  *txn.Store
 	slots  chan struct{}
-	pool   *workers
-	ids    uuid.Generator // execution ids, time-ordered
-	tel    telemetry
+	// toolSlots holds the slots of each tool (id@version) that declares
+	// maxConcurrent.
+	toolSlots map[string]chan struct{}
+	pool      *workers
+	ids       uuid.Generator // execution ids, time-ordered
+	tel       telemetry
 
 	// stop is canceled when Close gives up waiting: every running attempt
 	// is then aborted and rolled back.
@@ -90,6 +93,12 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		stop:     stop,
 		abortAll: abort,
 		tel:      newTelemetry(&o),
+	}
+	r.toolSlots = make(map[string]chan struct{})
+	for _, e := range o.Registry.Entries() {
+		if d := e.Declaration(); d.ResourceLimits.MaxConcurrent > 0 {
+			r.toolSlots[d.Key()] = make(chan struct{}, d.ResourceLimits.MaxConcurrent)
+		}
 	}
 	if _, err := store.Recover(context.Background(), r.interrupted(o.Now())); err != nil {
 		abort()

@@ -33,9 +33,13 @@ type Declaration struct {
 // RFC's appendix A.
 type ResourceLimits struct {
 	MaxExecutionTime time.Duration
-	MaxMemory        int64 // bytes; enforced for process tools
-	MaxFileSize      int64 // bytes; enforced by the filesystem handle
+	MaxMemory        int64 // bytes; enforced for process tools (see the runtime's documentation for in-process tools)
+	MaxFileSize      int64 // bytes; enforced by the filesystem handle, and RLIMIT_FSIZE for processes
 	MaxOutputBytes   int64 // bytes of encoded output
+	// MaxConcurrent is how many attempts of this tool may execute at once,
+	// within the runtime's global limit; 0 means only the global limit.
+	// It is the tool's own constraint, so an invocation cannot change it.
+	MaxConcurrent int
 }
 
 type limitsJSON struct {
@@ -43,11 +47,12 @@ type limitsJSON struct {
 	MaxMemory        int64 `json:"maxMemory,omitempty"`
 	MaxFileSize      int64 `json:"maxFileSize,omitempty"`
 	MaxOutputBytes   int64 `json:"maxOutputBytes,omitempty"`
+	MaxConcurrent    int   `json:"maxConcurrent,omitempty"`
 }
 
 // MarshalJSON encodes the limits with maxExecutionTime in milliseconds.
 func (l ResourceLimits) MarshalJSON() ([]byte, error) {
-	return json.Marshal(limitsJSON{l.MaxExecutionTime.Milliseconds(), l.MaxMemory, l.MaxFileSize, l.MaxOutputBytes})
+	return json.Marshal(limitsJSON{l.MaxExecutionTime.Milliseconds(), l.MaxMemory, l.MaxFileSize, l.MaxOutputBytes, l.MaxConcurrent})
 }
 
 // UnmarshalJSON decodes the form MarshalJSON writes.
@@ -56,7 +61,7 @@ func (l *ResourceLimits) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*l = ResourceLimits{time.Duration(j.MaxExecutionTime) * time.Millisecond, j.MaxMemory, j.MaxFileSize, j.MaxOutputBytes}
+	*l = ResourceLimits{time.Duration(j.MaxExecutionTime) * time.Millisecond, j.MaxMemory, j.MaxFileSize, j.MaxOutputBytes, j.MaxConcurrent}
 	return nil
 }
 
@@ -92,6 +97,8 @@ func (d *Declaration) Validate() error {
 		return bad("resourceLimits.maxFileSize", "must not be negative (0 means not limited)")
 	case d.ResourceLimits.MaxOutputBytes < 0:
 		return bad("resourceLimits.maxOutputBytes", "must not be negative (0 means not limited)")
+	case d.ResourceLimits.MaxConcurrent < 0:
+		return bad("resourceLimits.maxConcurrent", "must not be negative (0 means only the runtime's limit)")
 	}
 	for i, c := range d.RequiredCapabilities {
 		if _, err := capability.Parse(c.String()); err != nil {
