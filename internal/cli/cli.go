@@ -90,8 +90,9 @@ func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
 }
 
 type globals struct {
-	db   string
-	json bool
+	db         string
+	json       bool
+	policyPath string
 }
 
 func newRoot(stdio Stdio) *cobra.Command {
@@ -110,8 +111,9 @@ with every lifecycle transition in a bbolt database.
 	}
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
+	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
-	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio))
+	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio))
 	return root
 }
 

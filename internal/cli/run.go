@@ -30,6 +30,7 @@ func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
 		input   string
 		allow   []string
 		callID  string
+		who     string
 		maxTime time.Duration
 	)
 	cmd := &cobra.Command{
@@ -38,10 +39,11 @@ func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
 		Long: `Run one invocation of a tool through the RFC-0001 lifecycle and print its
 output (stdout) and final state (stderr); with --json, print the whole result.
 
-Nothing is granted by default: --allow grants a capability for this one call,
-for example --allow filesystem.read:. to read files below the current
-directory. Relative filesystem scopes are resolved against the current
-directory.
+Nothing is granted by default. The policy (--policy) grants capabilities to
+principals; --allow adds a capability for this one call, for example
+--allow filesystem.read:. to read files below the current directory (relative
+filesystem scopes are resolved against the current directory). The call runs
+as --principal, by default cli:$USER.
 
 ` + telemetryHelp + `
 
@@ -59,9 +61,18 @@ directory.
 			if err != nil {
 				return usageErr("--allow: %v", err)
 			}
+			policy, perr := g.policy()
+			if perr != nil {
+				// Fail closed: the run goes on under a deny-all policy, so the
+				// denial is recorded and audited with the reason.
+				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			}
+			if who == "" {
+				who = principal()
+			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended
-			opts := &tgruntime.Options{}
+			opts := &tgruntime.Options{Policy: policy}
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {
@@ -70,7 +81,7 @@ directory.
 			defer rt.Close(context.Background()) // idempotent; the success path checks its error below
 			inv := tgruntime.Invocation{
 				Tool: id, Version: version, Input: in, CallID: callID,
-				Principal: principal(), Grants: grants,
+				Principal: who, Grants: grants,
 			}
 			if maxTime != 0 {
 				inv.Limits = &tools.ResourceLimits{MaxExecutionTime: maxTime}
@@ -103,6 +114,7 @@ directory.
 	cmd.Flags().StringVar(&input, "input", "{}", "input JSON; @FILE reads it from FILE, - from stdin")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability for this call, e.g. filesystem.read:. (repeatable)")
 	cmd.Flags().StringVar(&callID, "call-id", "", "the invocation's call id (default: a new UUID)")
+	cmd.Flags().StringVar(&who, "principal", "", "run as this principal of the policy (default: cli:$USER)")
 	// Lowers the tool's max execution time for this call (an invocation may
 	// only lower a declared limit); for tests that need a timeout.
 	cmd.Flags().DurationVar(&maxTime, "max-time", 0, "lower the tool's max execution time for this call")
@@ -127,6 +139,15 @@ func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 		return nil, internalErr(err)
 	}
 	return rt, nil
+}
+
+// registry returns the frozen registry of the tools the CLI runs.
+func (g *globals) registry() (*tools.Registry, error) {
+	reg, err := builtinRegistry()
+	if err != nil {
+		return nil, internalErr(err)
+	}
+	return reg, nil
 }
 
 func builtinRegistry() (*tools.Registry, error) {
@@ -246,7 +267,7 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error)
 	if res.Error != nil {
 		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, strings.TrimPrefix(res.Error.Message, "runtime: "))
 		var ae *tgruntime.AuthorizationError
-		if errors.As(execErr, &ae) && len(ae.Missing) > 0 {
+		if errors.As(execErr, &ae) && len(ae.Missing) > 0 && ae.Reason == "" {
 			fmt.Fprintln(stdio.Err, denyHint(ae.Missing))
 		}
 	}
