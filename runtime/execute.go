@@ -425,7 +425,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		Principal:   c.inv.Principal,
 		Grants:      grants,
 		Limits:      c.decl.ResourceLimits,
-		State:       &stateHandle{tx: tx, grants: slices.Clone(c.grants)},
+		State:       &stateHandle{tx: tx, grants: slices.Clone(c.grants), maxBytes: c.decl.ResourceLimits.MaxMemory},
 		WorkDir:     c.r.opts.WorkDir,
 	}
 	defer env.Close()

@@ -173,3 +173,29 @@ func TestExecute_CPUBoundToolAbortedAtDeadline(t *testing.T) {
 		t.Error("the aborted tool's write was committed")
 	}
 }
+
+// The in-process part of rule 6: the runtime bounds the memory it holds for
+// a tool, its buffered write-set, by maxMemory, and reports memory_limit.
+// (The tool's own heap is not bounded: Go cannot limit one goroutine.)
+func TestExecute_WriteSetBoundedByMaxMemory(t *testing.T) {
+	hog := tool(decl("test.hog", func(d *tools.Declaration) { d.ResourceLimits.MaxMemory = 1 << 20 }),
+		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			chunk := make([]byte, 64<<10)
+			for i := range 1000 { // 64 MB if nothing stopped it
+				if err := env.State.Put("test", strconv.Itoa(i), chunk); err != nil {
+					return msg{}, err
+				}
+			}
+			return in, nil
+		})
+	rt, _ := openRuntime(t, nil, hog)
+	res, err := rt.Execute(context.Background(), invoke("test.hog", `{"msg":"x"}`))
+	var re *tgruntime.ResourceError
+	if !errors.As(err, &re) || re.Resource != "memory_limit" || res.Error.Code != "memory_limit" {
+		t.Fatalf("err = %v; want a memory_limit ResourceError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	if v, ok, _ := rt.StateValue(context.Background(), "test", "0"); ok {
+		t.Fatalf("a write of the aborted attempt is visible: %d bytes", len(v))
+	}
+}

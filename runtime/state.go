@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"sync/atomic"
+
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -13,6 +15,13 @@ import (
 type stateHandle struct {
 	tx     *txn.Tx
 	grants []capability.Capability
+
+	// maxBytes bounds what the attempt buffers in its write-set (the
+	// declared maxMemory; 0: unbounded): memory the runtime holds on the
+	// tool's behalf, so it is the part of an in-process tool's memory the
+	// runtime can bound. buffered counts every key and value put.
+	maxBytes int64
+	buffered atomic.Int64
 }
 
 var _ tools.State = (*stateHandle)(nil)
@@ -38,6 +47,11 @@ func (s *stateHandle) Get(namespace, key string) ([]byte, bool, error) {
 func (s *stateHandle) Put(namespace, key string, value []byte) error {
 	if err := s.allow(namespace, "state.write"); err != nil {
 		return err
+	}
+	n := int64(len(namespace) + len(key) + len(value))
+	if got := s.buffered.Add(n); s.maxBytes > 0 && got > s.maxBytes {
+		s.buffered.Add(-n)
+		return &tools.LimitError{Limit: "memory_limit", Max: s.maxBytes, Got: got}
 	}
 	return s.tx.Put(namespace, key, value)
 }
