@@ -485,6 +485,8 @@ func (c *call) toolError(err error) error {
 		return &AuthorizationError{Principal: c.inv.Principal, Tool: c.decl.ID, Err: err}
 	case errors.As(err, &le):
 		return &ResourceError{Resource: le.Limit, Err: err}
+	case errors.As(err, new(*tools.UnenforceableError)):
+		return &ResourceError{Resource: "limit_unenforceable", Err: err}
 	}
 	return &ExecutionError{Tool: c.decl.ID, Err: err}
 }

@@ -42,6 +42,7 @@ type Env struct {
 	Limits      ResourceLimits          // the effective limits of this attempt
 	State       State                   // the attempt's state transaction; nil outside the runtime
 	WorkDir     string                  // relative paths are resolved against it; "" means the process's
+	SearchPath  string                  // where Run looks up bare command names; "" means DefaultSearchPath
 
 	mu     sync.Mutex
 	roots  map[string]*os.Root

@@ -110,13 +110,21 @@ func (e *AccessError) Unwrap() error { return ErrAccessDenied }
 
 // LimitError reports a declared resource limit that was reached.
 type LimitError struct {
-	Limit string // low-cardinality name: "file_size_limit", "output_limit", "memory_limit"
-	Max   int64
-	Got   int64
+	Limit  string // low-cardinality name: "file_size_limit", "output_limit", "memory_limit"
+	Max    int64  // bytes
+	Got    int64  // bytes; -1 when not measured (a process stopped at the limit)
+	Detail string // how the limit was found to be hit, when there is more to say
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("tools: %s exceeded: %d > %d bytes", e.Limit, e.Got, e.Max)
+	s := fmt.Sprintf("tools: %s exceeded: %d > %d bytes", e.Limit, e.Got, e.Max)
+	if e.Got < 0 {
+		s = fmt.Sprintf("tools: %s exceeded (limit %d bytes)", e.Limit, e.Max)
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimit }

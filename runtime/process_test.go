@@ -1,0 +1,277 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+var (
+	childOnce sync.Once
+	childPath string
+	childErr  error
+)
+
+// childBinary builds testdata/child once per test run, without the race
+// detector (whose shadow memory cannot start under a small RLIMIT_AS).
+func childBinary(t *testing.T) string {
+	t.Helper()
+	childOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "toolgate-child-")
+		if err != nil {
+			childErr = err
+			return
+		}
+		childPath = filepath.Join(dir, "child")
+		gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+		out, err := exec.Command(gobin, "build", "-o", childPath, "./testdata/child").CombinedOutput()
+		if err != nil {
+			childErr = errors.New("building testdata/child: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if childErr != nil {
+		t.Fatal(childErr)
+	}
+	return childPath
+}
+
+// procInput is the input of the test process tool: the child's arguments.
+type procInput struct {
+	Args []string `json:"args"`
+}
+
+const argsSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {"args": {"type": "array", "description": "arguments", "maxItems": 8, "items": {"type": "string", "maxLength": 256}}},
+  "required": ["args"],
+  "additionalProperties": false
+}`
+
+const procOutSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {"stdout": {"type": "string", "description": "standard output", "maxLength": 65536}},
+  "required": ["stdout"],
+  "additionalProperties": false
+}`
+
+// childTool runs the child binary with the input's arguments through
+// env.Run, in dir, and reports each ProcessResult on results.
+func childTool(t *testing.T, id string, limits tools.ResourceLimits, dir string, results chan<- *tools.ProcessResult) tools.Tool {
+	exe := childBinary(t)
+	return tools.NewRaw(tools.Declaration{
+		ID: id, Version: "1.0.0", Name: id, Description: "runs the test child process",
+		InputSchema: json.RawMessage(argsSchema), OutputSchema: json.RawMessage(procOutSchema),
+		RequiredCapabilities: []capability.Capability{{Name: "process.exec", Scope: exe}, {Name: "filesystem.write", Scope: dir}},
+		ResourceLimits:       limits,
+	}, func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
+		var pi procInput
+		if err := json.Unmarshal(in, &pi); err != nil {
+			return nil, err
+		}
+		res, err := env.Run(ctx, tools.Command{Name: exe, Args: pi.Args, Dir: dir})
+		if results != nil {
+			results <- res
+		}
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(map[string]string{"stdout": string(res.Stdout)})
+	})
+}
+
+func openProcRuntime(t *testing.T, tl tools.Tool, dir string) *tgruntime.Runtime {
+	t.Helper()
+	grants := map[string][]capability.Capability{"tester": {
+		{Name: "process.exec", Scope: childBinary(t)}, {Name: "filesystem.write", Scope: dir},
+	}}
+	rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants, Retry: tgruntime.RetryPolicy{MaxRetries: -1}}, tl)
+	return rt
+}
+
+func runArgs(rt *tgruntime.Runtime, id string, args ...string) (*tgruntime.Result, error) {
+	in, _ := json.Marshal(procInput{Args: args})
+	return rt.Execute(context.Background(), tgruntime.Invocation{Tool: id, Input: in, Principal: "tester"})
+}
+
+func TestProcess_Completes(t *testing.T) {
+	dir := t.TempDir()
+	rt := openProcRuntime(t, childTool(t, "test.child", tools.ResourceLimits{MaxExecutionTime: 10 * time.Second}, dir, nil), dir)
+	res, err := runArgs(rt, "test.child", "echo", "-rf", "$(id)", "a; b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]string
+	json.Unmarshal(res.Output, &out)
+	if out["stdout"] != "-rf\n$(id)\na; b\n" {
+		t.Errorf("stdout = %q: arguments must arrive as they are, one each, never through a shell", out["stdout"])
+	}
+}
+
+// Rule 6 for processes: a child that exceeds maxMemory is stopped and the
+// attempt is reported as memory_limit.
+func TestProcess_MemoryLimit(t *testing.T) {
+	dir := t.TempDir()
+	results := make(chan *tools.ProcessResult, 1)
+	limits := tools.ResourceLimits{MaxExecutionTime: 30 * time.Second, MaxMemory: 64 << 20}
+	rt := openProcRuntime(t, childTool(t, "test.hog", limits, dir, results), dir)
+	res, err := runArgs(rt, "test.hog", "alloc", "1024")
+	var re *tgruntime.ResourceError
+	if !errors.As(err, &re) || re.Resource != "memory_limit" || res.Error.Code != "memory_limit" {
+		t.Fatalf("err = %v; want a memory_limit ResourceError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	pr := <-results
+	if pr.Limit != "memory_limit" || pr.Evidence == "" || pr.Memory == "" || pr.Success() {
+		t.Errorf("process result: limit %q, evidence %q, memory %q", pr.Limit, pr.Evidence, pr.Memory)
+	}
+	t.Logf("stopped by %s: %s (max RSS %d MiB)", pr.Memory, pr.Evidence, pr.MaxRSS>>20)
+	if ev := eventIn(t, rt, res.ExecutionID, lifecycle.Aborted); ev.Error == nil || ev.Error.Code != "memory_limit" {
+		t.Errorf("the audit record does not say memory_limit: %+v", ev.Error)
+	}
+}
+
+// A child writing past maxFileSize is stopped (RLIMIT_FSIZE) and reported
+// as file_size_limit; the file never grows past the limit.
+func TestProcess_FileSizeLimit(t *testing.T) {
+	dir := t.TempDir()
+	results := make(chan *tools.ProcessResult, 1)
+	limits := tools.ResourceLimits{MaxExecutionTime: 30 * time.Second, MaxFileSize: 1 << 20}
+	rt := openProcRuntime(t, childTool(t, "test.writer", limits, dir, results), dir)
+	out := filepath.Join(dir, "out.bin")
+	res, err := runArgs(rt, "test.writer", "write", out, strconv.Itoa(10<<20))
+	var re *tgruntime.ResourceError
+	if !errors.As(err, &re) || re.Resource != "file_size_limit" || res.Error.Code != "file_size_limit" {
+		t.Fatalf("err = %v; want a file_size_limit ResourceError", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	if pr := <-results; pr.Limit != "file_size_limit" {
+		t.Errorf("process result limit %q", pr.Limit)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Size() > 1<<20 {
+		t.Errorf("file: %v, %v; want at most 1 MiB", fi, err)
+	}
+}
+
+// A child that forks a grandchild holding the output pipe is killed as a
+// group at the deadline: Execute returns within deadline + 1 s, the tool's
+// process call soon after, and no process of the group survives.
+func TestProcess_DeadlineKillsTheGroup(t *testing.T) {
+	dir := t.TempDir()
+	results := make(chan *tools.ProcessResult, 1)
+	const deadline = 300 * time.Millisecond
+	rt := openProcRuntime(t, childTool(t, "test.forker", tools.ResourceLimits{MaxExecutionTime: deadline}, dir, results), dir)
+	start := time.Now()
+	res, err := runArgs(rt, "test.forker", "fork")
+	took := time.Since(start)
+	var te *tgruntime.TimeoutError
+	if !errors.As(err, &te) || res.Error.Code != "timeout" {
+		t.Fatalf("err = %v; want a timeout", err)
+	}
+	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
+	if took > deadline+time.Second {
+		t.Errorf("Execute returned after %v; the bound is the deadline %v + 1s", took, deadline)
+	}
+	var pr *tools.ProcessResult
+	select {
+	case pr = <-results:
+	case <-time.After(deadline + time.Second):
+		t.Fatal("the process call did not return within deadline + 1s of the deadline")
+	}
+	if !pr.TimedOut || pr.Success() {
+		t.Errorf("process result: timed out %v, success %v", pr.TimedOut, pr.Success())
+	}
+	line, _, _ := strings.Cut(string(pr.Stdout), "\n") // then the grandchild's "partial"
+	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "gpid="))
+	if err != nil {
+		t.Fatalf("no grandchild pid in the partial output %q", pr.Stdout)
+	}
+	waitGone(t, gpid)
+}
+
+// waitGone fails the test unless pid is gone (or a zombie awaiting its
+// reaper) within a second.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for range 100 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return // gone
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return // dead, not yet reaped
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("process %d survived the group kill", pid)
+}
+
+// Rule 7 for processes: the runner starts only granted commands, in a
+// working directory inside a granted scope; anything else is a recorded
+// denial and the attempt rolls back.
+func TestProcess_CommandAndDirGrants(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	exe := childBinary(t)
+	run := func(cmd tools.Command) tools.Tool {
+		return tools.NewRaw(tools.Declaration{
+			ID: "test.runner", Version: "1.0.0", Name: "runner", Description: "runs a fixed command",
+			InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+			RequiredCapabilities: []capability.Capability{{Name: "process.exec", Scope: exe}, {Name: "filesystem.read", Scope: dir}},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 10 * time.Second},
+		}, func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
+			if _, err := env.Run(ctx, cmd); err != nil {
+				return nil, err
+			}
+			return in, nil
+		})
+	}
+	grants := map[string][]capability.Capability{"tester": {
+		{Name: "process.exec"}, // the principal may run anything; the tool declared only the child
+		{Name: "filesystem.read"},
+	}}
+	for _, tc := range []struct {
+		name  string
+		cmd   tools.Command
+		allow bool
+	}{
+		{"declared command", tools.Command{Name: exe, Args: []string{"echo", "x"}}, true},
+		{"declared command in a granted dir", tools.Command{Name: exe, Args: []string{"echo"}, Dir: dir}, true},
+		{"undeclared command", tools.Command{Name: "true"}, false},
+		{"undeclared absolute command", tools.Command{Name: "/bin/sh", Args: []string{"-c", "true"}}, false},
+		{"dir outside the grants", tools.Command{Name: exe, Args: []string{"echo"}, Dir: other}, false},
+		{"dir escaping with ..", tools.Command{Name: exe, Args: []string{"echo"}, Dir: filepath.Join(dir, "..")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants}, run(tc.cmd))
+			res, err := rt.Execute(context.Background(), invoke("test.runner", `{"msg":"x"}`))
+			if tc.allow {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tools.ErrAccessDenied) || res.State != lifecycle.RolledBack {
+				t.Fatalf("err = %v, state %s; want a recorded denial", err, res.State)
+			}
+			if ev := eventIn(t, rt, res.ExecutionID, lifecycle.RolledBack); ev.Error == nil || ev.Error.Code != "capability_boundary" {
+				t.Errorf("audit: %+v", ev.Error)
+			}
+		})
+	}
+}

@@ -1,0 +1,310 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/proc"
+)
+
+// ErrProcess is wrapped by every *ProcessError.
+var ErrProcess = errors.New("tools: process failed")
+
+// DefaultSearchPath is where a bare command name is looked up when the
+// Env does not say otherwise. Only absolute directories: a relative entry
+// would resolve against the working directory.
+const DefaultSearchPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// defaultStreamCap is how much of each output stream a Command keeps when
+// it does not say, before MaxOutputBytes lowers it.
+const defaultStreamCap = 1 << 20
+
+// Command is one process a tool asks its Env to run. There is never a
+// shell: Args reach the program as they are, one argument each.
+type Command struct {
+	// Name is a bare command name, looked up in the Env's search path, or
+	// an absolute path. It must be granted: process.exec:<name> for a bare
+	// name, or a process.exec scope covering the resolved absolute path
+	// (process.exec:/usr/bin covers every program in /usr/bin).
+	Name string
+	// Args are the arguments after the program name.
+	Args []string
+	// Dir is the working directory: at or below a granted
+	// filesystem.read or filesystem.write scope, relative to the Env's
+	// WorkDir. "" runs the process in a fresh empty directory, removed
+	// afterwards.
+	Dir string
+	// Env is the child's whole environment, KEY=VALUE. Nothing is
+	// inherited: nil is an empty environment.
+	Env []string
+	// Stdin is the child's standard input; nil means none (/dev/null).
+	Stdin []byte
+	// MaxStdout and MaxStderr are how many bytes of each stream are kept;
+	// the rest is read and discarded, so the child never blocks. 0 means
+	// 1 MiB, lowered to the attempt's maxOutputBytes when that is set.
+	MaxStdout, MaxStderr int64
+}
+
+// ProcessResult is what happened to a process that started.
+type ProcessResult struct {
+	Path       string        // the absolute path that ran
+	ResolvedBy string        // how Name was resolved: "absolute path" or "PATH entry /usr/bin"
+	ExitCode   int           // -1 when a signal ended it
+	Signal     string        // the signal that ended it, "" if it exited
+	TimedOut   bool          // the attempt's deadline ended it (never a success)
+	Limit      string        // the limit that ended it: "timeout", "memory_limit", "file_size_limit", "output_limit"; "" if none
+	Evidence   string        // how Limit was decided
+	Duration   time.Duration // wall time
+	Stdout     []byte        // the kept part of standard output
+	Stderr     []byte        // the kept part of standard error
+	// StdoutBytes and StderrBytes count everything the process wrote;
+	// the Truncated flags say that more was written than kept.
+	StdoutBytes, StderrBytes         int64
+	StdoutTruncated, StderrTruncated bool
+	MaxRSS                           int64         // bytes, the largest resident set (wait4 rusage)
+	UserTime, SystemTime             time.Duration // CPU time
+	Memory                           string        // how maxMemory was enforced ("cgroup2", "prlimit+watchdog"), "" if unlimited
+}
+
+// Success reports a process that exited with status 0 within its limits.
+func (r *ProcessResult) Success() bool {
+	return r.ExitCode == 0 && r.Signal == "" && !r.TimedOut && r.Limit == ""
+}
+
+// ProcessError reports a process that did not start, or ran and failed on
+// its own. Kind is a stable, low-cardinality name: "not_found",
+// "not_executable", "bad_working_directory", "launch_failed",
+// "invalid_command", "exit_status", "signal", "canceled".
+type ProcessError struct {
+	Kind    string
+	Command string
+	Err     error
+}
+
+func (e *ProcessError) Error() string {
+	return fmt.Sprintf("tools: process %s: %s: %v", e.Command, e.Kind, strings.TrimPrefix(e.Err.Error(), "proc: "))
+}
+
+// Unwrap returns ErrProcess and the cause.
+func (e *ProcessError) Unwrap() []error { return []error{ErrProcess, e.Err} }
+
+// UnenforceableError reports a declared limit that this machine cannot
+// enforce for a process, so the process was not started: failing closed
+// rather than running unbounded. `toolgate doctor` says which limits can be
+// enforced here.
+type UnenforceableError struct {
+	Limit  string // "memory_limit" or "file_size_limit"
+	Reason string
+}
+
+func (e *UnenforceableError) Error() string {
+	return fmt.Sprintf("tools: %s cannot be enforced on this machine, so the process was not started: %s", e.Limit, e.Reason)
+}
+
+var runner = sync.OnceValues(func() (*proc.Runner, error) { return proc.New(nil) })
+
+// ProcessSupport describes which process limits this machine can enforce
+// and how, one line per mechanism, for `toolgate doctor`.
+func ProcessSupport() []LimitSupport {
+	r, err := runner()
+	if err != nil {
+		return []LimitSupport{{Name: "process runner", Detail: err.Error()}}
+	}
+	c := r.Capabilities()
+	memory := LimitSupport{Name: "maxMemory (process tools)", OK: c.Memory != ""}
+	switch c.Memory {
+	case proc.MemoryCgroup:
+		memory.Detail = "cgroup v2 memory.max under " + c.CgroupParent + ": the kernel kills the run's cgroup at the limit"
+	case proc.MemoryPrlimit:
+		memory.Detail = "prlimit RLIMIT_AS on the child (virtual memory) plus a watchdog on the process group's resident memory; cgroup v2 unavailable: " + c.CgroupMemory.Detail
+	default:
+		memory.Detail = "cannot be enforced: processes declaring maxMemory are refused. cgroup v2: " + c.CgroupMemory.Detail + "; prlimit: " + c.Prlimit.Detail
+	}
+	return []LimitSupport{
+		{Name: "maxExecutionTime (process tools)", OK: c.ProcessGroups.OK, Detail: "the process group is killed at the deadline: " + c.ProcessGroups.Detail},
+		memory,
+		{Name: "maxFileSize (process tools)", OK: c.Prlimit.OK, Detail: "RLIMIT_FSIZE via " + c.Prlimit.Detail},
+		{Name: "output bytes (process tools)", OK: true, Detail: "capped capture; pipes are drained past the cap"},
+	}
+}
+
+// LimitSupport is whether one limit can be enforced here, and how.
+type LimitSupport struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+// Run runs c under the attempt's grants and limits: the command must be
+// granted (process.exec), the working directory inside a granted
+// filesystem scope; the process runs in its own process group, killed as a
+// whole when ctx ends (pass the ctx Execute received: it carries the
+// attempt's deadline), with maxMemory and maxFileSize enforced on it.
+//
+// A process that ran and exited non-zero, or was killed by a signal no
+// limit explains, returns its result and a *ProcessError (Kind
+// "exit_status" or "signal"). A limit returns the result and a *LimitError.
+// A process that did not start returns a nil result and a *ProcessError, an
+// *AccessError, or an *UnenforceableError.
+func (e *Env) Run(ctx context.Context, c Command) (*ProcessResult, error) {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, errors.New("tools: environment closed: the attempt has ended")
+	}
+	r, err := runner()
+	if err != nil {
+		return nil, &ProcessError{Kind: "launch_failed", Command: c.Name, Err: err}
+	}
+	search := e.SearchPath
+	if search == "" {
+		search = DefaultSearchPath
+	}
+	abs, _, err := proc.Resolve(c.Name, search)
+	if err != nil {
+		return nil, processError(c.Name, err)
+	}
+	if err := e.allowCommand(c.Name, abs); err != nil {
+		return nil, err
+	}
+	dir, cleanup, err := e.processDir(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	spec := proc.Spec{
+		Path:        abs,
+		Args:        c.Args,
+		Dir:         dir,
+		Env:         c.Env,
+		MaxStdout:   e.streamCap(c.MaxStdout),
+		MaxStderr:   e.streamCap(c.MaxStderr),
+		MaxMemory:   e.Limits.MaxMemory,
+		MaxFileSize: e.Limits.MaxFileSize,
+	}
+	if c.Stdin != nil {
+		spec.Stdin = bytes.NewReader(c.Stdin)
+	}
+	pr, err := r.Run(ctx, spec)
+	if pr == nil {
+		return nil, processError(c.Name, err)
+	}
+	res := &ProcessResult{
+		Path: pr.Path, ResolvedBy: pr.ResolvedBy, ExitCode: pr.ExitCode, TimedOut: pr.TimedOut,
+		Limit: pr.Limit, Evidence: pr.Evidence, Duration: pr.Duration,
+		Stdout: pr.Stdout.Data, Stderr: pr.Stderr.Data,
+		StdoutBytes: pr.Stdout.Total, StderrBytes: pr.Stderr.Total,
+		StdoutTruncated: pr.Stdout.Truncated, StderrTruncated: pr.Stderr.Truncated,
+		MaxRSS: pr.Usage.MaxRSS, UserTime: pr.Usage.User, SystemTime: pr.Usage.System, Memory: pr.Memory,
+	}
+	if pr.Signal != 0 {
+		res.Signal = pr.Signal.String()
+	}
+	return res, processError(c.Name, err)
+}
+
+// allowCommand checks that a process.exec grant covers the command: its
+// bare name as given, or its resolved absolute path.
+func (e *Env) allowCommand(name, abs string) error {
+	scopes, all := capability.Scopes(e.Grants, "process.exec")
+	if all {
+		return nil
+	}
+	for _, s := range scopes {
+		if (!strings.Contains(name, "/") && s == name) || (filepath.IsAbs(s) && capability.ScopeCovers(s, abs)) {
+			return nil
+		}
+	}
+	return &AccessError{Capability: "process.exec:" + name, Reason: "command not granted (resolved to " + abs + ")"}
+}
+
+// processDir returns the working directory for a process: dir made
+// absolute and checked against the filesystem grants, or a fresh empty
+// directory when dir is "".
+func (e *Env) processDir(dir string) (string, func(), error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "toolgate-proc-")
+		if err != nil {
+			return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
+		}
+		return tmp, func() { os.RemoveAll(tmp) }, nil
+	}
+	fsys := e.FS("filesystem.read")
+	abs, err := fsys.abs(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, name := range []string{"filesystem.read", "filesystem.write"} {
+		scopes, all := capability.Scopes(e.Grants, name)
+		if all {
+			return abs, func() {}, nil
+		}
+		for _, s := range scopes {
+			if s, err := fsys.abs(s); err == nil && capability.ScopeCovers(s, abs) {
+				// The scope covers the name; make sure no symbolic link in it
+				// leads out of the scope.
+				real, err := filepath.EvalSymlinks(abs)
+				if err != nil {
+					return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
+				}
+				if rs, err := filepath.EvalSymlinks(s); err == nil && capability.ScopeCovers(rs, real) {
+					return real, func() {}, nil
+				}
+			}
+		}
+	}
+	return "", nil, &AccessError{Capability: "filesystem.read:" + abs, Reason: "the working directory is outside the granted scopes"}
+}
+
+func (e *Env) streamCap(n int64) int64 {
+	if n <= 0 {
+		n = defaultStreamCap
+	}
+	if m := e.Limits.MaxOutputBytes; m > 0 && n > m {
+		n = m
+	}
+	return n
+}
+
+// processError turns the runner's errors into this package's.
+func processError(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		le *proc.LimitError
+		ue *proc.UnenforceableError
+		ln *proc.LaunchError
+		se *proc.SpecError
+	)
+	switch {
+	case errors.As(err, &le):
+		if le.Limit == proc.LimitTimeout {
+			return &ProcessError{Kind: "timeout", Command: name, Err: err}
+		}
+		return &LimitError{Limit: le.Limit, Max: le.Max, Got: -1, Detail: le.Evidence}
+	case errors.As(err, &ue):
+		return &UnenforceableError{Limit: ue.Limit, Reason: ue.Reason}
+	case errors.As(err, &ln):
+		return &ProcessError{Kind: string(ln.Kind), Command: name, Err: err}
+	case errors.As(err, &se):
+		return &ProcessError{Kind: "invalid_command", Command: name, Err: err}
+	case errors.Is(err, proc.ErrExit):
+		return &ProcessError{Kind: "exit_status", Command: name, Err: err}
+	case errors.Is(err, proc.ErrSignaled):
+		return &ProcessError{Kind: "signal", Command: name, Err: err}
+	case errors.Is(err, proc.ErrCanceled):
+		return &ProcessError{Kind: "canceled", Command: name, Err: err}
+	}
+	return &ProcessError{Kind: "launch_failed", Command: name, Err: err}
+}
