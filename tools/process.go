@@ -119,7 +119,7 @@ func ProcessSupport() []LimitSupport {
 		return []LimitSupport{{Name: "process runner", Detail: err.Error()}}
 	}
 	c := r.Capabilities()
-	memory := LimitSupport{Name: "maxMemory (process tools)", OK: c.Memory != ""}
+	memory := LimitSupport{Name: "maxMemory (process tools)", OK: c.Memory != "", Fallback: c.Memory == proc.MemoryPrlimit}
 	switch c.Memory {
 	case proc.MemoryCgroup:
 		memory.Detail = "cgroup v2 memory.max under " + c.CgroupParent + ": the kernel kills the run's cgroup at the limit"
@@ -138,9 +138,10 @@ func ProcessSupport() []LimitSupport {
 
 // LimitSupport is whether one limit can be enforced here, and how.
 type LimitSupport struct {
-	Name   string
-	OK     bool
-	Detail string
+	Name     string
+	OK       bool // enforced
+	Fallback bool // enforced, by a weaker method than the preferred one
+	Detail   string
 }
 
 // Run runs c under the attempt's grants and limits: the command must be

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// A check's status.
+const (
+	checkOK          = "ok"
+	checkFallback    = "fallback"     // works, by a weaker method: the detail says what it can and cannot do
+	checkNotEnforced = "not_enforced" // this limit is not enforced here; the detail says why
+	checkFailed      = "failed"       // broken: toolgate cannot work as configured
+)
+
+type check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func newDoctorCmd(g *globals, stdio Stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the database, the policy, and which limits this machine can enforce",
+		Long: `Check what toolgate needs and report, for each resource limit, whether this
+machine enforces it and how: ok, fallback (a weaker method, with what it can
+and cannot do), or not_enforced (and why). Nothing is skipped silently.
+Exits 1 when something is broken (the database cannot be opened, the policy
+is invalid), 0 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy()}
+			checks = append(checks, check{"filesystem handles", checkOK,
+				"confined with os.Root at the granted scopes: no '..', absolute-path or symbolic-link escape"})
+			checks = append(checks, check{"maxExecutionTime (in-process tools)", checkOK,
+				"context deadline; Execute returns at the deadline even if the tool ignores it (its goroutine is abandoned, not stopped)"})
+			for _, s := range tools.ProcessSupport() {
+				c := check{Name: s.Name, Status: checkOK, Detail: s.Detail}
+				switch {
+				case !s.OK:
+					c.Status = checkNotEnforced
+				case s.Fallback:
+					c.Status = checkFallback
+				}
+				checks = append(checks, c)
+			}
+			checks = append(checks,
+				check{"maxMemory (in-process tools)", checkNotEnforced,
+					"Go cannot bound one goroutine's memory: in-process tools are trusted code. The runtime bounds what it holds for a tool (its buffered state writes, its output); isolation is enforced for process tools"},
+				check{"maxFileSize (in-process tools)", checkOK, "the filesystem handle refuses writes past it (a tool that bypasses its handles is not bounded: in-process tools are trusted code)"},
+				check{"output bytes", checkOK, "maxOutputBytes checked before the output is accepted"},
+			)
+			broken := false
+			for _, c := range checks {
+				broken = broken || c.Status == checkFailed
+			}
+			if g.json {
+				if err := encodeJSON(stdio, map[string]any{"checks": checks, "ok": !broken}); err != nil {
+					return internalErr(err)
+				}
+			} else {
+				tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+				for _, c := range checks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Detail)
+				}
+				tw.Flush()
+			}
+			if broken {
+				return &exitError{code: ExitInternal}
+			}
+			return nil
+		},
+	}
+}
+
+func (g *globals) checkDatabase(ctx context.Context) check {
+	c := check{Name: "database"}
+	path, err := g.dbPath()
+	if err != nil {
+		c.Status, c.Detail = checkFailed, err.Error()
+		return c
+	}
+	if _, err := os.Stat(path); os.IsNotExist(err) {
+		dir := filepath.Dir(path)
+		for ; dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+			if _, err := os.Stat(dir); err == nil {
+				break
+			}
+		}
+		probe, err := os.CreateTemp(dir, ".toolgate-doctor-")
+		if err != nil {
+			c.Status, c.Detail = checkFailed, fmt.Sprintf("%s does not exist and cannot be created: %v", path, err)
+			return c
+		}
+		probe.Close()
+		os.Remove(probe.Name())
+		c.Status, c.Detail = checkOK, path+" (not created yet; the first run creates it)"
+		return c
+	}
+	store, err := g.openReadOnly()
+	if err != nil {
+		c.Status, c.Detail = checkFailed, err.Error()
+		if ee, ok := err.(*exitError); ok && ee.err != nil {
+			c.Detail = ee.err.Error()
+		}
+		return c
+	}
+	if store == nil {
+		c.Status, c.Detail = checkOK, path+" (empty)"
+		return c
+	}
+	defer store.Close()
+	recs, err := store.List(ctx, txn.Filter{})
+	if err != nil {
+		c.Status, c.Detail = checkFailed, err.Error()
+		return c
+	}
+	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%d executions recorded)", path, len(recs))
+	return c
+}
+
+func (g *globals) checkPolicy() check {
+	c := check{Name: "policy"}
+	p, err := g.policy()
+	switch {
+	case err != nil:
+		c.Status, c.Detail = checkFailed, fmt.Sprintf("%v: every capability is denied until it is fixed", err)
+	case p == nil:
+		c.Status, c.Detail = checkOK, "none (--policy, $TOOLGATE_POLICY): nothing is granted but what --allow adds for one call"
+	default:
+		c.Status, c.Detail = checkOK, fmt.Sprintf("%d principals, revision %s", len(p.Principals()), p.Revision())
+	}
+	return c
+}
