@@ -427,6 +427,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		Limits:      c.decl.ResourceLimits,
 		State:       &stateHandle{tx: tx, grants: slices.Clone(c.grants), maxBytes: c.decl.ResourceLimits.MaxMemory},
 		WorkDir:     c.r.opts.WorkDir,
+		OnProcess:   c.r.procs.observer(c.decl.ID),
 	}
 	defer env.Close()
 

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -273,5 +276,63 @@ func TestProcess_CommandAndDirGrants(t *testing.T) {
 				t.Errorf("audit: %+v", ev.Error)
 			}
 		})
+	}
+}
+
+// RFC-0001 8.2, resource usage: every process a tool runs is measured (CPU
+// time, largest resident set), by tool and by the limit that stopped it.
+func TestProcess_Metrics(t *testing.T) {
+	dir := t.TempDir()
+	grants := map[string][]capability.Capability{"tester": {
+		{Name: "process.exec", Scope: childBinary(t)}, {Name: "filesystem.write", Scope: dir},
+	}}
+	limits := tools.ResourceLimits{MaxExecutionTime: 30 * time.Second, MaxFileSize: 1 << 20}
+	tel := openTraced(t, &tgruntime.Options{Grants: grants, Retry: tgruntime.RetryPolicy{MaxRetries: -1}}, childTool(t, "test.child", limits, dir, nil))
+	if _, err := runArgs(tel.rt, "test.child", "echo", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runArgs(tel.rt, "test.child", "write", filepath.Join(dir, "f"), strconv.Itoa(2<<20)); err == nil {
+		t.Fatal("the file size limit did not stop the child")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := tel.metrics.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]map[string]uint64{} // metric -> error.type -> count
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			add := func(attrs attribute.Set, n uint64, positive bool) {
+				if !positive {
+					t.Errorf("%s: a process measured at 0", m.Name)
+				}
+				if v, _ := attrs.Value("gen_ai.tool.name"); v.AsString() != "test.child" {
+					t.Errorf("%s: tool %q", m.Name, v.AsString())
+				}
+				et, _ := attrs.Value("error.type")
+				if counts[m.Name] == nil {
+					counts[m.Name] = map[string]uint64{}
+				}
+				counts[m.Name][et.AsString()] += n
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				if m.Name == "toolgate.process.cpu_time" {
+					for _, p := range d.DataPoints {
+						add(p.Attributes, p.Count, p.Sum >= 0) // a short child may use less CPU than the clock tick
+					}
+				}
+			case metricdata.Histogram[int64]:
+				if m.Name == "toolgate.process.max_rss" {
+					for _, p := range d.DataPoints {
+						add(p.Attributes, p.Count, p.Sum > 0)
+					}
+				}
+			}
+		}
+	}
+	for _, name := range []string{"toolgate.process.cpu_time", "toolgate.process.max_rss"} {
+		if got := counts[name]; got[""] != 1 || got["file_size_limit"] != 1 {
+			t.Errorf("%s: %v; want one clean run and one stopped by file_size_limit", name, got)
+		}
 	}
 }

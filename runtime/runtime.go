@@ -25,6 +25,7 @@ type Runtime struct {
 	// toolSlots holds the slots of each tool (id@version) that declares
 	// maxConcurrent.
 	toolSlots map[string]chan struct{}
+	procs     *procMetrics // nil without a MeterProvider
 	pool      *workers
 	ids       uuid.Generator // execution ids, time-ordered
 	tel       telemetry
@@ -93,6 +94,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		stop:     stop,
 		abortAll: abort,
 		tel:      newTelemetry(&o),
+		procs:    newProcMetrics(o.MeterProvider),
 	}
 	r.toolSlots = make(map[string]chan struct{})
 	for _, e := range o.Registry.Entries() {

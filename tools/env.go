@@ -43,6 +43,9 @@ type Env struct {
 	State       State                   // the attempt's state transaction; nil outside the runtime
 	WorkDir     string                  // relative paths are resolved against it; "" means the process's
 	SearchPath  string                  // where Run looks up bare command names; "" means DefaultSearchPath
+	// OnProcess, when set, is called with the result of every process Run
+	// started (the runtime records their resource usage as metrics).
+	OnProcess func(*ProcessResult)
 
 	mu     sync.Mutex
 	roots  map[string]*os.Root

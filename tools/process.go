@@ -211,6 +211,9 @@ func (e *Env) Run(ctx context.Context, c Command) (*ProcessResult, error) {
 	if pr.Signal != 0 {
 		res.Signal = pr.Signal.String()
 	}
+	if e.OnProcess != nil {
+		e.OnProcess(res)
+	}
 	return res, processError(c.Name, err)
 }
 
