@@ -25,4 +25,27 @@
 //
 // Nothing is granted unless it is listed: [Authorize] denies by default and
 // names what is missing.
+//
+// # Policies
+//
+// A [Policy] grants capabilities to principals. It comes from a Go value
+// ([NewPolicy]) or a JSON file ([LoadPolicy], [ParsePolicy]):
+//
+//	{
+//	  "version": 1,
+//	  "principals": {
+//	    "alice":  ["filesystem.read:/srv/data", "state.write:orders"],
+//	    "ci-bot": ["process.exec:git"]
+//	  }
+//	}
+//
+// A file with an error (unknown field, duplicate principal, invalid
+// capability) is refused with its line and column; a policy that cannot be
+// read or parsed denies everything, to everyone, with the reason in every
+// decision. [Policy.Decide] returns a [Decision] record: a decision id, the
+// principal, the tool, what was required, granted and missing, the
+// policy's revision (the SHA-256 of its content, the same for the same
+// grants from a file or a Go value) and the time. [Decision.Effective] is
+// what the tool's handles then expose: its declared capabilities, narrowed
+// to the grants.
 package capability

@@ -25,6 +25,63 @@
 //  10. commit, in one bbolt update with the final record (else ROLLED_BACK);
 //  11. COMPLETED, with the record carrying every transition.
 //
+// # Capabilities, policies and trust
+//
+// [Options.Policy] (a [capability.Policy] from a Go value or a JSON file)
+// grants capabilities to principals; everything else is denied. Rule 2
+// decides once per attempt, and the decision is recorded on the AUTHORIZED
+// or DENIED audit event: its id, the principal, the tool, what was
+// required, granted and missing, the policy's revision (the SHA-256 of its
+// content) and the time. A policy that failed to load denies everything,
+// and each denial says why. [Invocation.Grants] add to the policy for one
+// call (the CLI's --allow); they never replace it.
+//
+// A tool reaches the world through its [tools.Env]: the filesystem handle
+// is rooted with os.Root at the granted scopes (no "..", absolute-path or
+// symbolic-link escape, even one swapped in during the call), the state
+// handle opens only the granted namespaces, and [tools.Env.Run] starts only
+// the granted commands, in a working directory inside a granted scope, with
+// the tool's limits on the process. The handles expose what the tool
+// declared, narrowed to what the principal holds: a tool declaring
+// filesystem.read:/srv/data reaches /srv/data even when the principal may
+// read all of /srv. Asking for more is an AccessError, recorded, and the
+// attempt rolls back.
+//
+// In-process Go tools are trusted code. Go cannot stop a function from
+// calling os.Open, exec.Command or anything else directly, nor bound one
+// goroutine's memory or CPU: the handles confine what a tool does through
+// them, and only that. Register as Go tools only code you trust as much as
+// the program embedding the runtime. Process tools are where isolation is
+// enforced: the process runs in its own process group, killed as a whole at
+// the deadline, under maxMemory (cgroup v2 memory.max where a writable
+// cgroup exists, else prlimit RLIMIT_AS plus a resident-memory watchdog)
+// and maxFileSize (RLIMIT_FSIZE), with bounded output capture and only the
+// environment it is given. `toolgate doctor` reports which of these this
+// machine can enforce.
+//
+// # Limits
+//
+// Every limit of the declaration ([tools.ResourceLimits]) is enforced, and
+// an [Invocation] may lower one (never raise it):
+//
+//   - maxExecutionTime: the attempt's context deadline; Execute returns at
+//     it even if the tool does not; a process tool's whole process group is
+//     killed (error.type timeout);
+//   - maxMemory: for process tools, as above (memory_limit); for
+//     in-process tools, only what the runtime holds on the tool's behalf,
+//     its buffered state writes, is bounded (memory_limit);
+//   - maxFileSize: the filesystem handle writes up to it and refuses the
+//     rest; RLIMIT_FSIZE for processes (file_size_limit);
+//   - maxOutputBytes: the output is refused past it (output_limit), and a
+//     process's captured streams are capped to it;
+//   - maxConcurrent: the tool's own execution slots, taken before one of
+//     the runtime's [Options.MaxConcurrent]; waiting for either is bounded
+//     by [Options.SlotWait] and the caller's context (a transient
+//     ResourceError, which the retry policy may retry).
+//
+// The result's error code, the audit event's error and the span's
+// error.type name the limit that was hit.
+//
 // # Records, audit events and recovery
 //
 // Every attempt is recorded with each transition and its time; every
