@@ -189,3 +189,81 @@ func TestExecute_FilesystemEscapesAreDeniedAndAudited(t *testing.T) {
 		})
 	}
 }
+
+// A symbolic link swapped in while the tool runs is refused like any other
+// escape, and the refusal is audited: the tool keeps opening swap/f while
+// the test flips swap between a directory inside the grant and a link to
+// one outside it, and returns the first error it meets.
+func TestExecute_SwappedSymlinkIsDeniedAndAudited(t *testing.T) {
+	base, err := os.MkdirTemp("", "tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	data, outside := filepath.Join(base, "data"), filepath.Join(base, "outside")
+	for _, d := range []string{data, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "f"), []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	swap := filepath.Join(data, "swap")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.RemoveAll(swap)
+			if os.Mkdir(swap, 0o755) == nil {
+				os.WriteFile(filepath.Join(swap, "f"), []byte("inside"), 0o644)
+			}
+			os.RemoveAll(swap)
+			os.Symlink("../outside", swap)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	prober := tools.NewRaw(tools.Declaration{
+		ID: "test.probe", Version: "1.0.0", Name: "probe", Description: "opens swap/f until refused",
+		InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+		RequiredCapabilities: []capability.Capability{capability.MustParse("filesystem.read")},
+		ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 20e9},
+	}, func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
+		for ctx.Err() == nil {
+			f, err := env.FS("filesystem.read").Open("swap/f")
+			if errors.Is(err, tools.ErrAccessDenied) {
+				return nil, err
+			}
+			if err != nil {
+				continue // the swapper removed a component mid-walk
+			}
+			b, _ := io.ReadAll(f)
+			f.Close()
+			if string(b) == "secret" {
+				return json.Marshal(msg{Msg: "read the secret"})
+			}
+		}
+		return nil, ctx.Err()
+	})
+	grants := map[string][]capability.Capability{"tester": {{Name: "filesystem.read", Scope: data}}}
+	rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants, WorkDir: data}, prober)
+	for range 3 {
+		res, err := rt.Execute(context.Background(), invoke("test.probe", `{"msg":"x"}`))
+		if err == nil {
+			t.Fatalf("the tool got through the swapped link: %s", res.Output)
+		}
+		if !errors.Is(err, tools.ErrAccessDenied) || res.State != lifecycle.RolledBack {
+			t.Fatalf("err = %v, state %s; want the handle's refusal", err, res.State)
+		}
+		if ev := eventIn(t, rt, res.ExecutionID, lifecycle.RolledBack); ev.Error == nil || ev.Error.Code != "capability_boundary" {
+			t.Errorf("audit: %+v", ev.Error)
+		}
+	}
+}

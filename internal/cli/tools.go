@@ -72,6 +72,9 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 					fmt.Fprintf(w, ", %s %d bytes", x.name, x.v)
 				}
 			}
+			if l.MaxConcurrent > 0 {
+				fmt.Fprintf(w, ", at most %d at once", l.MaxConcurrent)
+			}
 			fmt.Fprintf(w, "\nDeterministic:         %v\nIdempotent:            %v\n", d.Deterministic, d.Idempotent)
 			fmt.Fprintln(w, "\nInput schema:")
 			writeJSON(w, d.InputSchema)
