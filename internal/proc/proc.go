@@ -169,11 +169,14 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 // it ended.
 //
 // A process that did not start returns a nil Result and a *LaunchError, a
-// *SpecError or an *UnenforceableError. A process that started always
+// *SpecError, an *UnenforceableError, or ErrCanceled if ctx was done first. A process that started always
 // returns a Result, with a nil error only if Result.Success; otherwise the
 // error is a *LimitError (timeout, memory, file size, output), an
 // *ExitError, a *SignalError, or wraps ErrCanceled when ctx was canceled.
 func (r *Runner) Run(ctx context.Context, spec Spec) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %s not started: %w", ErrCanceled, spec.Path, context.Cause(ctx))
+	}
 	if err := validate(&spec); err != nil {
 		return nil, err
 	}
@@ -503,6 +506,9 @@ func lookupEnv(env []string, key string) (string, bool) {
 // launchError translates a failed Start. The checks in Run catch most
 // causes first; this covers what changed in between.
 func launchError(spec *Spec, abs string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s not started: %w", ErrCanceled, spec.Path, err)
+	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) && pe.Op == "chdir" {
 		return &LaunchError{Kind: KindBadDir, Command: spec.Dir, Reason: "cannot change into it", Err: pe.Err}
