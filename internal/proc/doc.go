@@ -67,6 +67,10 @@
 // child runs outside it, every kill also writes cgroup.kill (reaching
 // processes that left the process group), and the cgroup is removed after.
 // memory.max counts resident memory and page cache of the whole cgroup.
+// This path needs Linux 5.7 (clone3 with CLONE_INTO_CGROUP) and, for
+// cgroup.kill, 5.14 (before, each pid of cgroup.procs is killed). Probe does
+// not check the kernel version: an older kernel fails the start with a
+// *LaunchError of kind KindOther.
 //
 // Otherwise (cgroup v1 machines, no delegation) RLIMIT_AS is set on the
 // child with prlimit(2) (never setrlimit on our own process), and a watchdog
@@ -75,7 +79,8 @@
 // the limit. RLIMIT_AS counts virtual address space, not resident memory:
 // programs that reserve much address space (the Go runtime, the JVM, the
 // race detector) fail far below Spec.MaxMemory of real use, often at
-// start-up. It is per process, inherited by children forked after it is
+// start-up: a Go program needs a limit of several hundred megabytes just to
+// start. Run such tools where a cgroup v2 memory controller is delegated. It is per process, inherited by children forked after it is
 // set, which is why the watchdog watches the sum. The watchdog sees only
 // the process group: a process that calls setsid or setpgid escapes it (and
 // escapes the kill), and a group can grow between two samples.
