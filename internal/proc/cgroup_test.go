@@ -3,6 +3,8 @@ package proc
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -112,7 +114,20 @@ func writableCgroup2(t *testing.T) string {
 	if err := unix.Access(dir, unix.W_OK); err != nil {
 		t.Skipf("cgroup mechanics not tested: %s not writable: %v", dir, err)
 	}
-	return dir
+	// A parent of the test's own, so that what it leaves behind is its own
+	// (other test processes may share ours).
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	mine := filepath.Join(dir, "toolgate-test-"+hex.EncodeToString(rnd[:]))
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Skipf("cgroup mechanics not tested: cannot make a cgroup under %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Rmdir(mine); err != nil {
+			t.Errorf("removing the test's cgroup %s: %v (something was left in it)", mine, err)
+		}
+	})
+	return mine
 }
 
 // The cgroup path without the memory controller, which this machine may
