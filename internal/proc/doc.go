@@ -91,7 +91,8 @@
 // # The prlimit race
 //
 // prlimit(2) can only be applied once the child exists, which with os/exec
-// is after it has exec'd: for some microseconds the new program runs
+// is after it has exec'd: for some microseconds, and up to milliseconds on
+// a loaded machine (a test saw dd write 4 MiB first), the new program runs
 // without RLIMIT_AS and RLIMIT_FSIZE, and anything it maps or forks in that
 // window is not limited (mappings made before stay; later ones count).
 // memory.max on the cgroup path has no such window (the child starts inside
