@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The test binary is also every child process the tests run: TestMain
@@ -20,6 +23,12 @@ const childVar = "PROC_TEST_CHILD"
 func TestMain(m *testing.M) {
 	if kind := os.Getenv(childVar); kind != "" {
 		os.Exit(child(kind, os.Args[1:]))
+	}
+	// Orphaned grandchildren are reparented to us, so a test can reap one
+	// and see how it died.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "PR_SET_CHILD_SUBREAPER:", err)
+		os.Exit(2)
 	}
 	os.Exit(m.Run())
 }
@@ -53,15 +62,18 @@ func child(kind string, args []string) int {
 	case "fork":
 		// A grandchild that sleeps holding our stdout; then wait or exit.
 		exe, _ := os.Executable()
-		g := exec.Command(exe, "60")
+		g := exec.Command(exe, "30")
 		g.Env = []string{childVar + "=sleep"}
 		g.Stdout = os.Stdout // the very pipe the runner reads
+		if slices.Contains(args, "escape") {
+			g.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // leaves the process group
+		}
 		if err := g.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		fmt.Printf("gpid=%d\n", g.Process.Pid)
-		if len(args) > 0 && args[0] == "wait" {
+		if slices.Contains(args, "wait") {
 			time.Sleep(60 * time.Second)
 		}
 	case "flood":

@@ -23,8 +23,9 @@
 //     keep being drained past the caps and the rest is counted and discarded,
 //     so a flood never blocks the child nor grows our memory. Each stream has
 //     a truncation flag and its total size.
-//   - Run returns within the timeout plus Options.WaitDelay (500 ms by
-//     default) even if a process that left the group holds the output pipes.
+//   - Run returns within about the timeout plus Options.WaitDelay (500 ms
+//     by default) even if a process that left the group holds the output
+//     pipes.
 //   - A run that hit a limit returns what was captured until then, a Result
 //     naming the limit, and a [*LimitError]; a timeout is never a success.
 //   - A limit that cannot be enforced is never skipped silently: Run refuses
@@ -67,6 +68,10 @@
 // child runs outside it, every kill also writes cgroup.kill (reaching
 // processes that left the process group), and the cgroup is removed after.
 // memory.max counts resident memory and page cache of the whole cgroup.
+// This path needs Linux 5.7 (clone3 with CLONE_INTO_CGROUP) and, for
+// cgroup.kill, 5.14 (before, each pid of cgroup.procs is killed). Probe does
+// not check the kernel version: an older kernel fails the start with a
+// *LaunchError of kind KindOther.
 //
 // Otherwise (cgroup v1 machines, no delegation) RLIMIT_AS is set on the
 // child with prlimit(2) (never setrlimit on our own process), and a watchdog
@@ -75,18 +80,23 @@
 // the limit. RLIMIT_AS counts virtual address space, not resident memory:
 // programs that reserve much address space (the Go runtime, the JVM, the
 // race detector) fail far below Spec.MaxMemory of real use, often at
-// start-up. It is per process, inherited by children forked after it is
-// set, which is why the watchdog watches the sum. The watchdog sees only
-// the process group: a process that calls setsid or setpgid escapes it (and
-// escapes the kill), and a group can grow between two samples.
+// start-up: a Go program needs a limit of several hundred megabytes just to
+// start. Run such tools where a cgroup v2 memory controller is delegated.
+// RLIMIT_AS is also per process, inherited by children forked after it is
+// set, so a group of processes can use a multiple of it: that is what the
+// watchdog's sum catches. The watchdog sees only the process group: a
+// process that calls setsid or setpgid escapes it (and escapes the kill),
+// and a group can grow between two samples.
 //
 // # The prlimit race
 //
 // prlimit(2) can only be applied once the child exists, which with os/exec
-// is after it has exec'd: for some microseconds the new program runs
+// is after it has exec'd: for some microseconds, and up to milliseconds on
+// a loaded machine (a test saw dd write 4 MiB first), the new program runs
 // without RLIMIT_AS and RLIMIT_FSIZE, and anything it maps or forks in that
-// window is not limited (mappings made before stay; later ones count). The
-// cgroup path has no such window.
+// window is not limited (mappings made before stay; later ones count).
+// memory.max on the cgroup path has no such window (the child starts inside
+// its cgroup); RLIMIT_FSIZE has it on both paths.
 //
 // # Not guaranteed
 //

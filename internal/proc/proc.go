@@ -169,11 +169,14 @@ func Run(ctx context.Context, spec Spec) (*Result, error) {
 // it ended.
 //
 // A process that did not start returns a nil Result and a *LaunchError, a
-// *SpecError or an *UnenforceableError. A process that started always
+// *SpecError, an *UnenforceableError, or ErrCanceled if ctx was done first. A process that started always
 // returns a Result, with a nil error only if Result.Success; otherwise the
 // error is a *LimitError (timeout, memory, file size, output), an
 // *ExitError, a *SignalError, or wraps ErrCanceled when ctx was canceled.
 func (r *Runner) Run(ctx context.Context, spec Spec) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %s not started: %w", ErrCanceled, spec.Path, context.Cause(ctx))
+	}
 	if err := validate(&spec); err != nil {
 		return nil, err
 	}
@@ -225,22 +228,23 @@ func (r *Runner) Run(ctx context.Context, spec Spec) (*Result, error) {
 }
 
 func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, cg *cgroup) (*Result, error) {
-	var timeoutMax time.Duration
+	// The effective timeout: Spec.Timeout or what is left of the
+	// context's deadline, whichever is shorter.
+	timeoutMax := spec.Timeout
+	if dl, ok := ctx.Deadline(); ok && (timeoutMax == 0 || time.Until(dl) < timeoutMax) {
+		timeoutMax = max(time.Until(dl), 0)
+	}
 	if spec.Timeout > 0 {
-		timeoutMax = spec.Timeout
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
-	}
-	if dl, ok := ctx.Deadline(); ok && (timeoutMax == 0 || time.Until(dl) < timeoutMax) {
-		timeoutMax = max(time.Until(dl), 0)
 	}
 
 	k := &killer{cg: cg}
 	stdout, stderr := newCapture(spec.MaxStdout), newCapture(spec.MaxStderr)
 	if spec.KillOnOutputLimit {
-		stdout.onExceed = func() { k.kill(LimitOutput, fmt.Sprintf("stdout passed %d bytes", spec.MaxStdout)) }
-		stderr.onExceed = func() { k.kill(LimitOutput, fmt.Sprintf("stderr passed %d bytes", spec.MaxStderr)) }
+		stdout.onExceed = func() { k.kill(LimitOutput, spec.MaxStdout, fmt.Sprintf("stdout passed %d bytes", spec.MaxStdout)) }
+		stderr.onExceed = func() { k.kill(LimitOutput, spec.MaxStderr, fmt.Sprintf("stderr passed %d bytes", spec.MaxStderr)) }
 	}
 	var want []marker
 	if memory == MemoryPrlimit {
@@ -266,9 +270,9 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 	}
 	cmd.Cancel = func() error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			k.kill(LimitTimeout, fmt.Sprintf("killed the process group after %v", timeoutMax.Round(time.Millisecond)))
+			k.kill(LimitTimeout, int64(timeoutMax), fmt.Sprintf("killed the process group after %v", timeoutMax.Round(time.Millisecond)))
 		} else {
-			k.kill("canceled", "")
+			k.kill("canceled", 0, "")
 		}
 		return nil
 	}
@@ -279,9 +283,8 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		return nil, launchError(spec, abs, err)
 	}
 	pid := cmd.Process.Pid
-	k.started(pid)
 
-	// Limits on the child, right after it started: see "The prlimit race"
+	// Limits on the child, as soon as Start returns: see "The prlimit race"
 	// in the package doc.
 	var setupErr error
 	if spec.MaxFileSize > 0 {
@@ -294,13 +297,14 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 			setupErr = &UnenforceableError{Limit: LimitMemory, Reason: fmt.Sprintf("prlimit(RLIMIT_AS) on pid %d: %v", pid, err)}
 		}
 	}
+	k.started(pid)
 	if setupErr != nil {
-		k.kill("setup", "")
+		k.kill("setup", 0, "")
 	}
 	var wd *watchdog
 	if (memory == MemoryPrlimit || memory == MemoryWatchdog) && setupErr == nil {
 		wd = startWatchdog(pid, spec.MaxMemory, r.opts.WatchdogInterval, func(rss int64) {
-			k.kill(LimitMemory, fmt.Sprintf("the watchdog saw the process group's resident memory at %d bytes and killed it", rss))
+			k.kill(LimitMemory, spec.MaxMemory, fmt.Sprintf("the watchdog saw the process group's resident memory at %d bytes and killed it", rss))
 		})
 	}
 
@@ -348,12 +352,12 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 	if setupErr != nil {
 		return res, setupErr
 	}
-	return res, classify(ctx, spec, res, k, cg, stderr, timeoutMax)
+	return res, classify(ctx, spec, res, k, cg, stderr)
 }
 
 // classify decides how the run ended, sets Result.Limit, TimedOut and
 // Evidence, and returns the error. The order is the package doc's.
-func classify(ctx context.Context, spec *Spec, res *Result, k *killer, cg *cgroup, stderr *capture, timeoutMax time.Duration) error {
+func classify(ctx context.Context, spec *Spec, res *Result, k *killer, cg *cgroup, stderr *capture) error {
 	limit := func(name string, max int64, evidence string) error {
 		res.Limit, res.Evidence = name, evidence
 		res.TimedOut = name == LimitTimeout
@@ -364,13 +368,9 @@ func classify(ctx context.Context, spec *Spec, res *Result, k *killer, cg *cgrou
 			return limit(LimitMemory, spec.MaxMemory, fmt.Sprintf("the kernel OOM-killed %d process(es) of the run's cgroup (memory.events oom_kill)", n))
 		}
 	}
-	switch reason, evidence := k.why(); reason {
-	case LimitTimeout:
-		return limit(LimitTimeout, int64(timeoutMax), evidence)
-	case LimitMemory:
-		return limit(LimitMemory, spec.MaxMemory, evidence)
-	case LimitOutput:
-		return limit(LimitOutput, max(spec.MaxStdout, spec.MaxStderr), evidence)
+	switch reason, max, evidence := k.why(); reason {
+	case LimitTimeout, LimitMemory, LimitOutput:
+		return limit(reason, max, evidence)
 	case "canceled":
 		return fmt.Errorf("%w: %s: %w", ErrCanceled, res.Path, context.Cause(ctx))
 	}
@@ -404,17 +404,18 @@ type killer struct {
 	cg       *cgroup
 	pending  bool
 	reason   string
+	max      int64 // the limit of reason
 	evidence string
 }
 
-func (k *killer) kill(reason, evidence string) {
+func (k *killer) kill(reason string, max int64, evidence string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.pid < 0 {
 		return // the leader had exited on its own: too late to be the reason
 	}
 	if k.reason == "" {
-		k.reason, k.evidence = reason, evidence
+		k.reason, k.max, k.evidence = reason, max, evidence
 	}
 	if k.pid == 0 {
 		k.pending = true
@@ -450,10 +451,10 @@ func (k *killer) signal() {
 	}
 }
 
-func (k *killer) why() (string, string) {
+func (k *killer) why() (reason string, max int64, evidence string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.reason, k.evidence
+	return k.reason, k.max, k.evidence
 }
 
 func validate(s *Spec) error {
@@ -503,6 +504,9 @@ func lookupEnv(env []string, key string) (string, bool) {
 // launchError translates a failed Start. The checks in Run catch most
 // causes first; this covers what changed in between.
 func launchError(spec *Spec, abs string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s not started: %w", ErrCanceled, spec.Path, err)
+	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) && pe.Op == "chdir" {
 		return &LaunchError{Kind: KindBadDir, Command: spec.Dir, Reason: "cannot change into it", Err: pe.Err}
