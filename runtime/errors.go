@@ -115,6 +115,10 @@ type ExecutionError struct {
 	Panic    any    // the recovered value, when the tool panicked
 	Stack    []byte // the stack at the panic
 	Canceled bool   // the caller's context was canceled
+	// Code, when set, is a more precise reason than "tool_error": a process
+	// that did not start ("not_found", "not_executable",
+	// "bad_working_directory", ...) or failed ("exit_status", "signal").
+	Code string
 }
 
 func (e *ExecutionError) Error() string {
@@ -134,6 +138,8 @@ func (e *ExecutionError) code() string {
 		return "panic"
 	case e.Canceled:
 		return "canceled"
+	case e.Code != "":
+		return e.Code
 	}
 	return "tool_error"
 }

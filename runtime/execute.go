@@ -489,7 +489,11 @@ func (c *call) toolError(err error) error {
 	case errors.As(err, new(*tools.UnenforceableError)):
 		return &ResourceError{Resource: "limit_unenforceable", Err: err}
 	}
-	return &ExecutionError{Tool: c.decl.ID, Err: err}
+	ee := &ExecutionError{Tool: c.decl.ID, Err: err}
+	if pe := (*tools.ProcessError)(nil); errors.As(err, &pe) {
+		ee.Code = pe.Kind
+	}
+	return ee
 }
 
 // aborts reports whether err ends an attempt through ABORTED (timeout,

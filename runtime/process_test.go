@@ -336,3 +336,43 @@ func TestProcess_Metrics(t *testing.T) {
 		}
 	}
 }
+
+// A process that does not start, or fails, is an ExecutionError whose code
+// says how: the result, the audit event and the span's error.type carry it.
+func TestProcess_FailureCodes(t *testing.T) {
+	dir := t.TempDir()
+	exe := childBinary(t)
+	notExec := filepath.Join(dir, "notexec")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, code string
+		cmd        tools.Command
+	}{
+		{"not found", "not_found", tools.Command{Name: filepath.Join(dir, "nope")}},
+		{"not executable", "not_executable", tools.Command{Name: notExec}},
+		{"bad working directory", "bad_working_directory", tools.Command{Name: exe, Args: []string{"echo"}, Dir: filepath.Join(dir, "missing")}},
+		{"non-zero exit", "exit_status", tools.Command{Name: exe, Args: []string{"no-such-mode"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runner := tools.NewRaw(tools.Declaration{
+				ID: "test.fails", Version: "1.0.0", Name: "fails", Description: "runs a failing command",
+				InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+				RequiredCapabilities: []capability.Capability{{Name: "process.exec"}, {Name: "filesystem.read", Scope: dir}},
+				ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 10 * time.Second},
+			}, func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
+				_, err := env.Run(ctx, tc.cmd)
+				return in, err
+			})
+			grants := map[string][]capability.Capability{"tester": {{Name: "process.exec"}, {Name: "filesystem.read", Scope: dir}}}
+			rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants}, runner)
+			res, err := rt.Execute(context.Background(), invoke("test.fails", `{"msg":"x"}`))
+			var ee *tgruntime.ExecutionError
+			if !errors.As(err, &ee) || !errors.Is(err, tools.ErrProcess) || res.Error.Code != tc.code {
+				t.Fatalf("err = %v, code %q; want an ExecutionError with code %s", err, res.Error.Code, tc.code)
+			}
+			checkAttempt(t, rt, res, lifecycle.RolledBack, pathRolled)
+		})
+	}
+}
