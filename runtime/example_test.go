@@ -37,7 +37,7 @@ func Example() {
 		Input:     json.RawMessage(`{"path":"` + filepath.Join(dir, "notes.txt") + `"}`),
 	})
 	fmt.Println(res.State, string(res.Output), err)
-	// Output: COMPLETED {"content":"hello","size":5} <nil>
+	// Output: COMPLETED {"content":"hello","size":5,"offset":0,"length":5,"eof":true} <nil>
 }
 
 // A typed tool that keeps a counter in the state transaction: the write

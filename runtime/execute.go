@@ -192,6 +192,7 @@ type call struct {
 	// Set by rule 2 for the attempt in progress.
 	decision *audit.Decision         // the capability decision, for the audit log
 	grants   []capability.Capability // what the attempt's handles expose
+	stage    *stager                 // the attempt's staged files, once it executes
 
 	// Telemetry, set only when the runtime has it.
 	start   time.Time     // when the invocation began
@@ -215,7 +216,7 @@ func (c *call) attempt(ctx context.Context, n int) (att Attempt, out json.RawMes
 		InputHash:   c.inputHash,
 		StartedAt:   m.Created(),
 	}
-	c.decision, c.grants = nil, nil // decided afresh by each attempt
+	c.decision, c.grants, c.stage = nil, nil, nil // decided afresh by each attempt
 	if c.span == nil {
 		return c.enforce(ctx, m, rec)
 	}
@@ -293,6 +294,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rules 5 to 8: execute under the deadline, through the granted handles.
 	sp.phase("execute")
+	c.stage = &stager{tx: tx}
 	handedOff = true
 	out, err := c.run(sp.context(ctx), rec.Attempt, tx, release)
 	if err != nil {
@@ -326,6 +328,15 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	m.FireAt(lifecycle.EventOK, "", ok.At) // Commit ended the transaction: rule 10 holds
 	sp.transitioned(m, nil)
 	sp.flush(true)
+
+	// Staged files become visible now that their intents are committed.
+	if intents, keys := c.stage.staged(); len(intents) > 0 && !r.skipStagedApply {
+		if err := r.applyStaged(ctx, intents, keys); err != nil {
+			// Durably COMPLETED; the renames are retried when the database
+			// is next opened.
+			return c.attemptOf(m, rec, nil), out, &StateError{Op: "apply staged writes", Err: err}
+		}
+	}
 
 	// Rule 11: the record just committed carries every transition.
 	return c.attemptOf(m, rec, nil), out, nil
@@ -428,6 +439,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		State:       &stateHandle{tx: tx, grants: slices.Clone(c.grants), maxBytes: c.decl.ResourceLimits.MaxMemory},
 		WorkDir:     c.r.opts.WorkDir,
 		OnProcess:   c.r.procs.observer(c.decl.ID),
+		Stager:      c.stage,
 	}
 	defer env.Close()
 
@@ -548,6 +560,7 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 		sp.phase("rollback")
 		m.Fire(lifecycle.EventFail, cause.Error())
 	}
+	c.stage.discard() // before the rollback is recorded: the files are as they were
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)

@@ -26,9 +26,11 @@ type Runtime struct {
 	// maxConcurrent.
 	toolSlots map[string]chan struct{}
 	procs     *procMetrics // nil without a MeterProvider
-	pool      *workers
-	ids       uuid.Generator // execution ids, time-ordered
-	tel       telemetry
+
+	skipStagedApply bool // tests: stop as a crash would, between the commit and the renames
+	pool            *workers
+	ids             uuid.Generator // execution ids, time-ordered
+	tel             telemetry
 
 	// stop is canceled when Close gives up waiting: every running attempt
 	// is then aborted and rolled back.
@@ -106,6 +108,13 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		abort()
 		store.Close()
 		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
+	}
+	if err := r.recoverStaged(context.Background()); err != nil {
+		// A committed write that cannot be made visible: refuse rather than
+		// run on with files that contradict the records.
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: finishing the staged file writes of committed executions: %w", err)
 	}
 	return r, nil
 }

@@ -27,6 +27,9 @@ type stateHandle struct {
 var _ tools.State = (*stateHandle)(nil)
 
 func (s *stateHandle) allow(namespace string, names ...string) error {
+	if reserved(namespace) {
+		return &tools.AccessError{Capability: names[0] + ":" + namespace, Reason: "namespaces under " + reservedPrefix + " belong to the runtime"}
+	}
 	for _, name := range names {
 		for _, g := range s.grants {
 			if g.Covers(capability.Capability{Name: name, Scope: namespace}) {

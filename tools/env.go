@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/toolgate/toolgate/capability"
@@ -43,6 +45,9 @@ type Env struct {
 	State       State                   // the attempt's state transaction; nil outside the runtime
 	WorkDir     string                  // relative paths are resolved against it; "" means the process's
 	SearchPath  string                  // where Run looks up bare command names; "" means DefaultSearchPath
+	// Stager, when set, makes FS.WriteStaged part of the attempt's state
+	// transaction (the runtime sets it).
+	Stager Stager
 	// OnProcess, when set, is called with the result of every process Run
 	// started (the runtime records their resource usage as metrics).
 	OnProcess func(*ProcessResult)
@@ -107,6 +112,22 @@ func (f *FS) Open(name string) (*os.File, error) {
 	}
 	file, err := r.Open(rel)
 	return file, f.translate(name, err)
+}
+
+// ReadDir lists the directory name, sorted by file name, as os.ReadDir
+// does, within the granted scopes.
+func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
+	file, err := f.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	es, err := file.ReadDir(-1)
+	if err != nil {
+		return nil, f.translate(name, err)
+	}
+	slices.SortFunc(es, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return es, nil
 }
 
 // Stat describes name without following a final symbolic link out of the root.

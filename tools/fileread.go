@@ -115,4 +115,4 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 }
 
 // Builtins returns the built-in tools, to register into a Registry.
-func Builtins() []Tool { return []Tool{FileRead()} }
+func Builtins() []Tool { return []Tool{FileRead(), FileReadRange(), FileList(), FileWrite()} }

@@ -60,7 +60,7 @@ func TestRun_ExitCodes(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"completed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED file.read@1.0.0"},
+		{"completed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED file.read@1.1.0"},
 		{"completed at version", []string{"run", "file.read@1.0.0", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED"},
 		{"failed: schema", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`}, ExitFailed, "/path"},
 		{"failed: malformed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":`}, ExitFailed, "not valid JSON"},
@@ -133,7 +133,7 @@ func TestRun_JSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("--json output is not JSON: %v\n%s", err, r.stdout)
 	}
-	if res.ExecutionID == "" || res.CallID != "call-1" || res.Tool != "file.read" || res.Version != "1.0.0" ||
+	if res.ExecutionID == "" || res.CallID != "call-1" || res.Tool != "file.read" || res.Version != "1.1.0" ||
 		res.State != "DENIED" || res.Error == nil || res.Error.Type != "AuthorizationError" || len(res.Attempts) != 1 {
 		t.Fatalf("result %+v", res)
 	}
@@ -178,7 +178,7 @@ func TestTools(t *testing.T) {
 	}
 	r = toolgate(t, "", "tools", "--json")
 	var decls []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) == 0 || decls[0]["id"] != "file.read" {
+	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) < 4 || decls[0]["id"] != "file.list" {
 		t.Fatalf("tools --json: %v %s", err, r.stdout)
 	}
 }
@@ -186,7 +186,7 @@ func TestTools(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	workdir(t)
 	r := toolgate(t, "", "describe", "file.read")
-	for _, want := range []string{"file.read@1.0.0", "Input schema", `"pattern"`, "Output schema", "max execution time 5s"} {
+	for _, want := range []string{"file.read@1.1.0", "Input schema", `"pattern"`, "Output schema", "max execution time 5s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("describe output lacks %q:\n%s", want, r.stdout)
 		}

@@ -1,0 +1,181 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// stagedLeft lists the staged files left in dir.
+func stagedLeft(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), tools.StagePrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func writeOpts(dir string) *tgruntime.Options {
+	return &tgruntime.Options{
+		Grants:  map[string][]capability.Capability{"tester": {{Name: "filesystem.write", Scope: dir}, {Name: "state.write"}}},
+		WorkDir: dir,
+	}
+}
+
+func writeInput(path, content string) string {
+	b, _ := json.Marshal(tools.FileWriteInput{Path: path, Content: content})
+	return string(b)
+}
+
+func TestFileWrite_VisibleAtCommit(t *testing.T) {
+	dir := t.TempDir()
+	rt, _ := openRuntime(t, writeOpts(dir), tools.FileWrite())
+	res, err := rt.Execute(context.Background(), invoke("file.write", writeInput("notes.txt", "hello")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Output) != `{"path":"notes.txt","size":5,"created":true}` {
+		t.Errorf("output %s", res.Output)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "notes.txt")); err != nil || string(b) != "hello" {
+		t.Fatalf("after commit: %q, %v", b, err)
+	}
+	if _, err := rt.Execute(context.Background(), invoke("file.write", writeInput("notes.txt", "bye"))); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(b) != "bye" {
+		t.Fatalf("replaced: %q", b)
+	}
+	if left := stagedLeft(t, dir); len(left) != 0 {
+		t.Errorf("staged files left: %v", left)
+	}
+	if vals, _ := tgruntime.StoreOf(rt).StateValues(context.Background(), "toolgate.files"); len(vals) != 0 {
+		t.Errorf("intents left after the renames: %v", vals)
+	}
+}
+
+// A failed or rolled back attempt leaves the files exactly as they were:
+// the tool stages writes, then fails (and, separately, times out).
+func TestFileWrite_RollbackLeavesFilesAsTheyWere(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("original"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(id string, end func(ctx context.Context) error) tools.Tool {
+		return tool(decl(id, func(d *tools.Declaration) {
+			d.RequiredCapabilities = []capability.Capability{{Name: "filesystem.write", Scope: dir}}
+			d.ResourceLimits.MaxExecutionTime = 200e6
+		}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			for _, p := range []string{"keep.txt", "new.txt"} {
+				if _, err := env.FS("filesystem.write").WriteStaged(p, []byte("changed"), 0o644); err != nil {
+					return msg{}, err
+				}
+			}
+			return in, end(ctx)
+		})
+	}
+	rt, _ := openRuntime(t, writeOpts(dir),
+		fail("test.fails", func(context.Context) error { return errors.New("boom") }),
+		fail("test.times_out", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }),
+	)
+	for _, id := range []string{"test.fails", "test.times_out"} {
+		res, err := rt.Execute(context.Background(), invoke(id, `{"msg":"x"}`))
+		if err == nil || res.State != lifecycle.RolledBack {
+			t.Fatalf("%s: %v, %s", id, err, res.State)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "keep.txt")); string(b) != "original" {
+			t.Errorf("%s: keep.txt holds %q", id, b)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "new.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: new.txt exists", id)
+		}
+		if left := stagedLeft(t, dir); len(left) != 0 {
+			t.Errorf("%s: staged files left: %v", id, left)
+		}
+	}
+}
+
+// A crash between the commit and the rename is finished when the database
+// is next opened.
+func TestFileWrite_CrashBetweenCommitAndRename(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("before"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := writeOpts(dir)
+	rt, path := openRuntime(t, opts, tools.FileWrite())
+	tgruntime.SkipStagedApply(rt)
+	res, err := rt.Execute(context.Background(), invoke("file.write", writeInput("a.txt", "after")))
+	if err != nil || res.State != lifecycle.Completed {
+		t.Fatalf("%v, %s", err, res.State)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "before" {
+		t.Fatalf("the 'crash' came too late: %q", b)
+	}
+	if len(stagedLeft(t, dir)) != 1 {
+		t.Fatal("no staged file waiting")
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := tools.NewRegistry()
+	if err := reg.Register(tools.FileWrite()); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry = reg
+	rt2, err := tgruntime.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(context.Background())
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "after" {
+		t.Errorf("after reopening: %q; the committed write was not finished", b)
+	}
+	if left := stagedLeft(t, dir); len(left) != 0 {
+		t.Errorf("staged files left: %v", left)
+	}
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(context.Background(), "toolgate.files"); len(vals) != 0 {
+		t.Errorf("intents left: %v", vals)
+	}
+}
+
+func TestFileWrite_Refusals(t *testing.T) {
+	dir := t.TempDir()
+	rt, _ := openRuntime(t, writeOpts(dir), tools.FileWrite(),
+		tool(decl("test.sneak", func(d *tools.Declaration) {
+			d.RequiredCapabilities = []capability.Capability{{Name: "state.write"}}
+		}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			return in, env.State.Put("toolgate.files", "x", []byte(`{"root":"/","staged":"etc/x","target":"etc/passwd"}`))
+		}))
+	res, err := rt.Execute(context.Background(), invoke("file.write", writeInput("big.txt", strings.Repeat("x", 1<<20+1))))
+	var re *tgruntime.ResourceError
+	if !errors.As(err, &re) || re.Resource != "file_size_limit" || res.State != lifecycle.RolledBack {
+		t.Errorf("over maxFileSize: %v", err)
+	}
+	if _, err := rt.Execute(context.Background(), invoke("file.write", writeInput("../escape.txt", "x"))); !errors.Is(err, tools.ErrAccessDenied) {
+		t.Errorf("../escape.txt: %v", err)
+	}
+	if _, err := rt.Execute(context.Background(), invoke("test.sneak", `{"msg":"x"}`)); !errors.Is(err, tools.ErrAccessDenied) {
+		t.Errorf("a tool wrote the runtime's namespace: %v", err)
+	}
+	if left := stagedLeft(t, dir); len(left) != 0 {
+		t.Errorf("staged files left: %v", left)
+	}
+}

@@ -1,0 +1,82 @@
+package tools
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// StagePrefix begins the name of every staged file: a hidden file next to
+// its target, renamed over the target when the attempt commits.
+const StagePrefix = ".toolgate-stage-"
+
+// Stager makes file writes part of the attempt's state transaction. The
+// runtime implements it; an Env without one refuses staged writes.
+type Stager interface {
+	// Stage records that, when the attempt commits, the file staged at
+	// staged replaces target, both relative to the directory root. The
+	// record is committed with the attempt's state, and the rename is
+	// done after the commit (or, after a crash, when the database is next
+	// opened). If the attempt does not commit, staged is removed.
+	Stage(root, staged, target string) error
+}
+
+// WriteStaged writes data to name as part of the attempt's transaction
+// (a filesystem.write handle): the data goes to a staged file next to name
+// now, and replaces name only when the attempt commits, so a failed or
+// rolled back attempt leaves the files exactly as they were. Writes past
+// MaxFileSize are refused (*LimitError) and stage nothing. created reports
+// that name did not exist when staged.
+func (f *FS) WriteStaged(name string, data []byte, perm fs.FileMode) (created bool, err error) {
+	if f.capName != "filesystem.write" {
+		return false, &AccessError{Capability: "filesystem.write:" + name, Reason: "writing needs a filesystem.write handle"}
+	}
+	if f.env.Stager == nil {
+		return false, errors.New("tools: staged writes need an Env with a Stager (the runtime provides one)")
+	}
+	if max := f.env.Limits.MaxFileSize; max > 0 && int64(len(data)) > max {
+		return false, &LimitError{Limit: "file_size_limit", Max: max, Got: int64(len(data))}
+	}
+	r, rel, err := f.resolve(name)
+	if err != nil {
+		return false, err
+	}
+	if rel == "." || strings.HasPrefix(filepath.Base(rel), StagePrefix) {
+		return false, fmt.Errorf("tools: %s: not a file name that can be written", name)
+	}
+	switch fi, err := r.Lstat(rel); {
+	case err == nil && fi.IsDir():
+		return false, fmt.Errorf("tools: %s is a directory", name)
+	case err == nil && !fi.Mode().IsRegular():
+		return false, fmt.Errorf("tools: %s is not a regular file; only regular files are replaced", name)
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		created = true
+	default:
+		return false, f.translate(name, err)
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	staged := filepath.Join(filepath.Dir(rel), StagePrefix+hex.EncodeToString(rnd[:])+"-"+filepath.Base(rel))
+	file, err := r.OpenFile(staged, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return false, f.translate(name, err)
+	}
+	_, werr := file.Write(data)
+	serr := file.Sync() // the data is durable before the commit that makes it visible
+	cerr := file.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		r.Remove(staged)
+		return false, fmt.Errorf("tools: staging %s: %w", name, err)
+	}
+	if err := f.env.Stager.Stage(r.Name(), staged, rel); err != nil {
+		r.Remove(staged)
+		return false, err
+	}
+	return created, nil
+}
