@@ -157,7 +157,7 @@ func TestProcess_FileSizeLimit(t *testing.T) {
 	limits := tools.ResourceLimits{MaxExecutionTime: 30 * time.Second, MaxFileSize: 1 << 20}
 	rt := openProcRuntime(t, childTool(t, "test.writer", limits, dir, results), dir)
 	out := filepath.Join(dir, "out.bin")
-	res, err := runArgs(rt, "test.writer", "write", out, strconv.Itoa(10<<20))
+	res, err := runArgs(rt, "test.writer", "write", out, strconv.Itoa(64<<20))
 	var re *tgruntime.ResourceError
 	if !errors.As(err, &re) || re.Resource != "file_size_limit" || res.Error.Code != "file_size_limit" {
 		t.Fatalf("err = %v; want a file_size_limit ResourceError", err)
@@ -291,7 +291,7 @@ func TestProcess_Metrics(t *testing.T) {
 	if _, err := runArgs(tel.rt, "test.child", "echo", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runArgs(tel.rt, "test.child", "write", filepath.Join(dir, "f"), strconv.Itoa(2<<20)); err == nil {
+	if _, err := runArgs(tel.rt, "test.child", "write", filepath.Join(dir, "f"), strconv.Itoa(64<<20)); err == nil {
 		t.Fatal("the file size limit did not stop the child")
 	}
 	var rm metricdata.ResourceMetrics

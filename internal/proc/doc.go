@@ -95,8 +95,12 @@
 // a loaded machine (a test saw dd write 4 MiB first), the new program runs
 // without RLIMIT_AS and RLIMIT_FSIZE, and anything it maps or forks in that
 // window is not limited (mappings made before stay; later ones count).
-// memory.max on the cgroup path has no such window (the child starts inside
-// its cgroup); RLIMIT_FSIZE has it on both paths.
+// So when util-linux prlimit(1) is installed (/usr/bin/prlimit or
+// /bin/prlimit, root-owned, writable only by root), a limited command is
+// started through it: it sets the limits and then execs the command, which
+// closes the window (the command then sees its absolute path as argv[0]).
+// The window remains only where prlimit(1) is missing. memory.max on the
+// cgroup path has no window either (the child starts inside its cgroup).
 //
 // # Not guaranteed
 //

@@ -50,6 +50,9 @@ func Probe(opts *Options) Capabilities {
 		c.Prlimit = Support{Detail: fmt.Sprintf("prlimit(2) unusable: %v", err)}
 	} else {
 		c.Prlimit = Support{OK: true, Detail: "prlimit(2) on the child right after it starts (RLIMIT_AS, RLIMIT_FSIZE)"}
+		if tr := trampoline(); tr != "" {
+			c.Prlimit.Detail = "RLIMIT_AS and RLIMIT_FSIZE set before the command runs, by " + tr + " (util-linux), and again with prlimit(2) once it started"
+		}
 	}
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		c.RSSWatchdog = Support{Detail: fmt.Sprintf("/proc unreadable: %v", err)}

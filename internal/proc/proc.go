@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -259,6 +260,19 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 
 	cmd := exec.CommandContext(ctx, abs, spec.Args...)
 	cmd.Args[0] = spec.Path
+	if tr := trampoline(); tr != "" && (spec.MaxFileSize > 0 || memory == MemoryPrlimit) {
+		// prlimit(1) sets the limits, then execs the command: they hold from
+		// its first instruction, with no window (see "The prlimit race").
+		args := []string{tr}
+		if spec.MaxFileSize > 0 {
+			args = append(args, "--fsize="+strconv.FormatInt(spec.MaxFileSize, 10))
+		}
+		if memory == MemoryPrlimit {
+			args = append(args, "--as="+strconv.FormatInt(spec.MaxMemory, 10))
+		}
+		args = append(append(args, "--", abs), spec.Args...)
+		cmd = exec.CommandContext(ctx, tr, args[1:]...)
+	}
 	cmd.Env = append([]string{}, spec.Env...) // never nil: nil would inherit ours
 	cmd.Dir = spec.Dir
 	cmd.Stdin = spec.Stdin
@@ -519,3 +533,22 @@ func launchError(spec *Spec, abs string, err error) error {
 	}
 	return &LaunchError{Kind: KindOther, Command: spec.Path, Reason: abs, Err: err}
 }
+
+// trampoline returns the path of util-linux prlimit(1) when it is
+// installed where a system installs it, root-owned and writable by no one
+// else: Run starts limited commands through it, so RLIMIT_FSIZE and
+// RLIMIT_AS are set before the command's first instruction. "" when there
+// is none; Run then sets them right after start.
+var trampoline = sync.OnceValue(func() string {
+	for _, p := range []string{"/usr/bin/prlimit", "/bin/prlimit"} {
+		fi, err := os.Stat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+			continue
+		}
+		return p
+	}
+	return ""
+})
