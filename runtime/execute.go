@@ -294,7 +294,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rules 5 to 8: execute under the deadline, through the granted handles.
 	sp.phase("execute")
-	c.stage = &stager{tx: tx}
+	c.stage = &stager{ctx: ctx, store: r.store, tx: tx}
 	handedOff = true
 	out, err := c.run(sp.context(ctx), rec.Attempt, tx, release)
 	if err != nil {

@@ -22,6 +22,9 @@ import (
 const (
 	reservedPrefix = "toolgate."
 	filesNamespace = reservedPrefix + "files"
+	// pendingNamespace holds the staged files being written by attempts
+	// in progress: after a crash, their files are removed on Open.
+	pendingNamespace = reservedPrefix + "staging"
 )
 
 // fileIntent is a staged file to rename over its target once the attempt
@@ -35,10 +38,34 @@ type fileIntent struct {
 // stager is an attempt's tools.Stager: each staged file becomes an intent
 // in the attempt's write-set, so it commits (or not) with the rest.
 type stager struct {
+	ctx     context.Context
+	store   *txn.Store
 	tx      *txn.Tx
 	mu      sync.Mutex
 	intents []fileIntent
 	keys    []string
+	pending map[string]string // staged path (root + staged) -> its key in pendingNamespace
+}
+
+func (s *stager) Prepare(root, staged string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.tx.Active() {
+		return txn.ErrTxDone
+	}
+	if s.pending == nil {
+		s.pending = make(map[string]string)
+	}
+	key := s.tx.ID() + "/" + strconv.Itoa(len(s.pending))
+	b, err := json.Marshal(fileIntent{Root: root, Staged: staged})
+	if err != nil {
+		return err
+	}
+	if err := s.store.PutState(s.ctx, pendingNamespace, key, b); err != nil {
+		return err
+	}
+	s.pending[filepath.Join(root, staged)] = key
+	return nil
 }
 
 func (s *stager) Stage(root, staged, target string) error {
@@ -51,6 +78,12 @@ func (s *stager) Stage(root, staged, target string) error {
 	}
 	if err := s.tx.Put(filesNamespace, key, b); err != nil {
 		return err
+	}
+	// Committed, the intent takes over from the pending record.
+	if pk, ok := s.pending[filepath.Join(root, staged)]; ok {
+		if err := s.tx.Delete(pendingNamespace, pk); err != nil {
+			return err
+		}
 	}
 	s.intents = append(s.intents, fileIntent{Root: root, Staged: staged, Target: target})
 	s.keys = append(s.keys, key)
@@ -67,14 +100,36 @@ func (s *stager) staged() ([]fileIntent, []string) {
 	return append([]fileIntent(nil), s.intents...), append([]string(nil), s.keys...)
 }
 
-// discard removes the staged files of an attempt that did not commit.
+// discard removes the staged files of an attempt that did not commit,
+// then forgets them.
 func (s *stager) discard() {
-	intents, _ := s.staged()
-	for _, in := range intents {
-		if r, err := os.OpenRoot(in.Root); err == nil {
-			r.Remove(in.Staged)
-			r.Close()
-		}
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var keys []string
+	var files []fileIntent
+	for path, key := range s.pending {
+		keys = append(keys, key)
+		files = append(files, fileIntent{Root: filepath.Dir(path), Staged: filepath.Base(path)})
+	}
+	s.mu.Unlock()
+	for _, f := range files {
+		removeStaged(f)
+	}
+	if len(keys) > 0 {
+		s.store.DeleteState(context.WithoutCancel(s.ctx), pendingNamespace, keys...) // if it fails, Open cleans up
+	}
+}
+
+// removeStaged removes a staged file, refusing any name that is not one.
+func removeStaged(in fileIntent) {
+	if !strings.HasPrefix(filepath.Base(in.Staged), tools.StagePrefix) {
+		return
+	}
+	if r, err := os.OpenRoot(in.Root); err == nil {
+		r.Remove(in.Staged)
+		r.Close()
 	}
 }
 
@@ -140,7 +195,24 @@ func (r *Runtime) recoverStaged(ctx context.Context) error {
 		}
 		intents, keys = append(intents, in), append(keys, k)
 	}
-	return r.applyStaged(ctx, intents, keys)
+	if err := r.applyStaged(ctx, intents, keys); err != nil {
+		return err
+	}
+	// Files staged by attempts the crash interrupted: never committed, so
+	// never to be seen.
+	pending, err := r.store.StateValues(ctx, pendingNamespace)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	keys = keys[:0]
+	for k, v := range pending {
+		var in fileIntent
+		if json.Unmarshal(v, &in) == nil {
+			removeStaged(in)
+		}
+		keys = append(keys, k)
+	}
+	return r.store.DeleteState(ctx, pendingNamespace, keys...)
 }
 
 // reserved reports a state namespace no tool may reach.

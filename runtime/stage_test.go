@@ -65,8 +65,10 @@ func TestFileWrite_VisibleAtCommit(t *testing.T) {
 	if left := stagedLeft(t, dir); len(left) != 0 {
 		t.Errorf("staged files left: %v", left)
 	}
-	if vals, _ := tgruntime.StoreOf(rt).StateValues(context.Background(), "toolgate.files"); len(vals) != 0 {
-		t.Errorf("intents left after the renames: %v", vals)
+	for _, ns := range []string{"toolgate.files", "toolgate.staging"} {
+		if vals, _ := tgruntime.StoreOf(rt).StateValues(context.Background(), ns); len(vals) != 0 {
+			t.Errorf("%s: records left after the renames: %v", ns, vals)
+		}
 	}
 }
 
@@ -177,5 +179,50 @@ func TestFileWrite_Refusals(t *testing.T) {
 	}
 	if left := stagedLeft(t, dir); len(left) != 0 {
 		t.Errorf("staged files left: %v", left)
+	}
+}
+
+// A crash while a tool runs leaves its staged files behind, recorded as
+// pending: the next Open removes them (their attempt never committed), and
+// leaves every other file alone.
+func TestFileWrite_CrashDuringExecutionCleansStagedFiles(t *testing.T) {
+	dir := t.TempDir()
+	opts := writeOpts(dir)
+	rt, path := openRuntime(t, opts, tools.FileWrite())
+	staged := tools.StagePrefix + "0123456789abcdef-a.txt"
+	for _, name := range []string{staged, "a.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := tgruntime.StoreOf(rt)
+	ctx := context.Background()
+	for key, in := range map[string]string{
+		"exec-1/0": `{"root":"` + dir + `","staged":"` + staged + `"}`,
+		"exec-1/1": `{"root":"` + dir + `","staged":"a.txt"}`, // not a staged name: never removed
+	} {
+		if err := store.PutState(ctx, "toolgate.staging", key, []byte(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.Close(ctx)
+	reg := tools.NewRegistry()
+	if err := reg.Register(tools.FileWrite()); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry = reg
+	rt2, err := tgruntime.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(ctx)
+	if left := stagedLeft(t, dir); len(left) != 0 {
+		t.Errorf("staged files left: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a.txt")); err != nil {
+		t.Errorf("a.txt: %v; recovery removed a file that is not a staged one", err)
+	}
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.staging"); len(vals) != 0 {
+		t.Errorf("pending records left: %v", vals)
 	}
 }

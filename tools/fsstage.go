@@ -18,6 +18,10 @@ const StagePrefix = ".toolgate-stage-"
 // Stager makes file writes part of the attempt's state transaction. The
 // runtime implements it; an Env without one refuses staged writes.
 type Stager interface {
+	// Prepare durably records that staged (relative to root) is about to
+	// be created, so that if the process dies before the attempt ends, the
+	// file is removed when the database is next opened.
+	Prepare(root, staged string) error
 	// Stage records that, when the attempt commits, the file staged at
 	// staged replaces target, both relative to the directory root. The
 	// record is committed with the attempt's state, and the rename is
@@ -63,6 +67,9 @@ func (f *FS) WriteStaged(name string, data []byte, perm fs.FileMode) (created bo
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	staged := filepath.Join(filepath.Dir(rel), StagePrefix+hex.EncodeToString(rnd[:])+"-"+filepath.Base(rel))
+	if err := f.env.Stager.Prepare(r.Name(), staged); err != nil {
+		return false, err
+	}
 	file, err := r.OpenFile(staged, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return false, f.translate(name, err)

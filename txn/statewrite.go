@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,5 +28,22 @@ func (s *Store) DeleteState(ctx context.Context, namespace string, keys ...strin
 			}
 		}
 		return nil
+	})
+}
+
+// PutState sets key of a state namespace to value in one update, outside
+// any transaction: like DeleteState, for the runtime's own bookkeeping
+// only.
+func (s *Store) PutState(ctx context.Context, namespace, key string, value []byte) error {
+	if err := validateKey(namespace, key); err != nil {
+		return err
+	}
+	v := bytes.Clone(value)
+	return s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketState).CreateBucketIfNotExists([]byte(namespace))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), v)
 	})
 }

@@ -25,3 +25,22 @@ func TestStore_DeleteState(t *testing.T) {
 		t.Errorf("empty key: %v", err)
 	}
 }
+
+func TestStore_PutState(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	v := []byte("one")
+	if err := s.PutState(ctx, "sys", "k", v); err != nil {
+		t.Fatal(err)
+	}
+	v[0] = 'X' // the store keeps its own copy
+	if err := s.PutState(ctx, "sys", "k2", []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, s, "sys"); len(got) != 2 || got["k"] != "one" || got["k2"] != "two" {
+		t.Fatalf("after PutState: %v", got)
+	}
+	if err := s.PutState(ctx, "", "k", nil); !errors.Is(err, txn.ErrInvalidKey) {
+		t.Errorf("empty namespace: %v", err)
+	}
+}
