@@ -110,6 +110,9 @@ func TestFileWrite_RollbackLeavesFilesAsTheyWere(t *testing.T) {
 		if left := stagedLeft(t, dir); len(left) != 0 {
 			t.Errorf("%s: staged files left: %v", id, left)
 		}
+		if vals, _ := tgruntime.StoreOf(rt).StateValues(context.Background(), "toolgate.staging"); len(vals) != 0 {
+			t.Errorf("%s: pending records left: %v", id, vals)
+		}
 	}
 }
 
