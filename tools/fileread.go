@@ -3,11 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"time"
-	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/capability"
 )
@@ -59,59 +55,13 @@ func FileRead() Tool {
 	return NewTyped(decl, readFile)
 }
 
+// readFile is file.read@1.0.0: the whole file, through the range reader.
 func readFile(ctx context.Context, env *Env, in FileReadInput) (FileReadOutput, error) {
-	fsys := env.FS("filesystem.read")
-	// Refuse what is not a regular file before opening it: opening a named
-	// pipe blocks until a writer appears, whatever ctx says.
-	if fi, err := fsys.Stat(in.Path); err != nil {
-		return FileReadOutput{}, err
-	} else if !fi.Mode().IsRegular() {
-		return FileReadOutput{}, fmt.Errorf("tools: %s is not a regular file", in.Path)
-	}
-	f, err := fsys.Open(in.Path)
+	o, err := readFileRange(ctx, env, FileReadRangeInput{Path: in.Path})
 	if err != nil {
 		return FileReadOutput{}, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return FileReadOutput{}, err
-	}
-	if !fi.Mode().IsRegular() {
-		return FileReadOutput{}, fmt.Errorf("tools: %s is not a regular file", in.Path)
-	}
-	max := env.Limits.MaxFileSize
-	if max > 0 && fi.Size() > max {
-		return FileReadOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: fi.Size()}
-	}
-	r := io.Reader(f)
-	if max > 0 {
-		r = io.LimitReader(f, max+1) // the file may grow after Stat
-	}
-	b, err := io.ReadAll(&ctxReader{ctx: ctx, r: r})
-	if err != nil {
-		return FileReadOutput{}, err
-	}
-	if max > 0 && int64(len(b)) > max {
-		return FileReadOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: int64(len(b))}
-	}
-	if !utf8.Valid(b) {
-		return FileReadOutput{}, errors.New("tools: " + in.Path + " is not UTF-8 text")
-	}
-	return FileReadOutput{Content: string(b), Size: int64(len(b))}, nil
-}
-
-// ctxReader stops a long read when the attempt's context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
+	return FileReadOutput{Content: o.Content, Size: o.Size}, nil
 }
 
 // Builtins returns the built-in tools, to register into a Registry.

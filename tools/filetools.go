@@ -106,7 +106,7 @@ func readFileRange(ctx context.Context, env *Env, in FileReadRangeInput) (FileRe
 		want = size - in.Offset
 		if max > 0 && want > max {
 			return FileReadRangeOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: want,
-				Detail: "read it in parts with offset and limit"}
+				Detail: "file.read@1.1.0 reads a large file in parts, with offset and limit"}
 		}
 	case max > 0 && want > max:
 		return FileReadRangeOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: want, Detail: "limit is above maxFileSize"}
