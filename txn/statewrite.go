@@ -3,27 +3,96 @@ package txn
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// DeleteState deletes keys of a state namespace in one update, outside any
-// transaction. It is for the runtime's own bookkeeping in namespaces no
-// tool reaches (such as the staged-file renames it has finished), never for
-// a tool's state, which changes only through a Tx.
-func (s *Store) DeleteState(ctx context.Context, namespace string, keys ...string) error {
-	for _, k := range keys {
-		if err := validateKey(namespace, k); err != nil {
-			return err
+// StateView is the committed state as one update sees it, plus the
+// update's own writes: what an UpdateState function (or a Begin guard)
+// reads and changes. Its writes are applied only if the function returns
+// nil. It is valid only during the call it is passed to.
+type StateView struct {
+	tx     *bolt.Tx
+	writes map[string]map[string]op
+}
+
+// Get returns the value of key: the view's own write if there is one, else
+// the committed value.
+func (v *StateView) Get(namespace, key string) ([]byte, bool) {
+	if o, ok := v.writes[namespace][key]; ok {
+		if o.deleted {
+			return nil, false
 		}
+		return bytes.Clone(o.value), true
 	}
-	return s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketState).Bucket([]byte(namespace))
-		if b == nil {
-			return nil
+	return readState(v.tx, namespace, key)
+}
+
+// Put sets key to a copy of value when the update applies.
+func (v *StateView) Put(namespace, key string, value []byte) error {
+	return v.buffer(namespace, key, op{value: bytes.Clone(value)})
+}
+
+// Delete removes key when the update applies.
+func (v *StateView) Delete(namespace, key string) error {
+	return v.buffer(namespace, key, op{deleted: true})
+}
+
+func (v *StateView) buffer(namespace, key string, o op) error {
+	if err := validateKey(namespace, key); err != nil {
+		return err
+	}
+	if v.writes[namespace] == nil {
+		v.writes[namespace] = make(map[string]op)
+	}
+	v.writes[namespace][key] = o
+	return nil
+}
+
+// Scan returns the entries under prefix in key order, the view's own
+// writes included, at most limit of them (limit <= 0: all).
+func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
+	es := scanState(v.tx, namespace, prefix)
+	if own := v.writes[namespace]; len(own) > 0 {
+		es = slices.DeleteFunc(es, func(e Entry) bool { _, ok := own[e.Key]; return ok })
+		for k, o := range own {
+			if !o.deleted && strings.HasPrefix(k, prefix) {
+				es = append(es, Entry{Key: k, Value: bytes.Clone(o.value)})
+			}
 		}
+		slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+	}
+	if limit > 0 && len(es) > limit {
+		es = es[:limit]
+	}
+	return es
+}
+
+// UpdateState runs fn in one update, outside any execution: fn reads the
+// committed state through the view and changes it, all or nothing; an
+// error from fn changes nothing and is returned. It is the runtime's
+// compare-and-set for its own records (intents, idempotency keys, staged
+// files) in namespaces no tool reaches; a tool's state changes only through
+// a Tx. Under group commit fn may run more than once for one call, so it
+// must have no effect but through the view.
+func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error) error {
+	var v *StateView
+	return s.write(ctx, func(tx *bolt.Tx) error {
+		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
+		return fn(v) // an error fails this call alone, not its batch
+	}, func(tx *bolt.Tx) error {
+		return applyWrites(tx, v.writes, s.failpoint)
+	})
+}
+
+// DeleteState deletes keys of a state namespace in one update (see
+// UpdateState).
+func (s *Store) DeleteState(ctx context.Context, namespace string, keys ...string) error {
+	return s.UpdateState(ctx, func(v *StateView) error {
 		for _, k := range keys {
-			if err := b.Delete([]byte(k)); err != nil {
+			if err := v.Delete(namespace, k); err != nil {
 				return err
 			}
 		}
@@ -31,19 +100,8 @@ func (s *Store) DeleteState(ctx context.Context, namespace string, keys ...strin
 	})
 }
 
-// PutState sets key of a state namespace to value in one update, outside
-// any transaction: like DeleteState, for the runtime's own bookkeeping
-// only.
+// PutState sets key of a state namespace to value in one update (see
+// UpdateState).
 func (s *Store) PutState(ctx context.Context, namespace, key string, value []byte) error {
-	if err := validateKey(namespace, key); err != nil {
-		return err
-	}
-	v := bytes.Clone(value)
-	return s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bucketState).CreateBucketIfNotExists([]byte(namespace))
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(key), v)
-	})
+	return s.UpdateState(ctx, func(v *StateView) error { return v.Put(namespace, key, value) })
 }
