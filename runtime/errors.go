@@ -208,6 +208,9 @@ func errorInfo(err error) *ErrorInfo {
 	if c := classOf(err); c != nil {
 		info.Code = c.code()
 		info.Type = strings.TrimPrefix(fmt.Sprintf("%T", c), "*runtime.")
+		if _, ok := c.(*IntentError); ok {
+			info.Type = "AuthorizationError" // the RFC class of a refused intent
+		}
 	}
 	var ee *ExecutionError
 	if errors.As(err, &ee) && ee.Stack != nil {

@@ -51,8 +51,17 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	if err := r.store.Err(); err != nil {
 		return nil, &StateError{Op: "open", Err: err} // poisoned: refuse rather than guess what is durable
 	}
-	entry, err := r.reg.Lookup(inv.Tool, inv.Version)
-	if err != nil {
+	var (
+		intent *Intent
+		entry  *tools.Entry
+		err    error
+	)
+	if inv.IntentID != "" || inv.IntentHash != "" {
+		if intent, entry, err = r.intentFor(ctx, &inv); err != nil {
+			return r.intentRefused(ctx, err)
+		}
+		inv.Tool, inv.Version, inv.Input = intent.Tool, intent.Version, intent.Input
+	} else if entry, err = r.reg.Lookup(inv.Tool, inv.Version); err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	if inv.Principal == "" {
@@ -66,7 +75,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	stopAbort := context.AfterFunc(r.stop, func() { cancel(ErrClosed) })
 	defer stopAbort()
 
-	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv, inputHash: hashJSON(inv.Input)}
+	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv, inputHash: hashJSON(inv.Input), intent: intent}
 	if inv.Limits != nil {
 		c.limitsErr = lowerLimits(&c.decl.ResourceLimits, inv.Limits)
 	}
@@ -74,7 +83,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	if tel {
 		ctx = c.startTelemetry(ctx)
 	}
-	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version}
+	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version, IntentID: inv.IntentID}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		c.traceID = sc.TraceID().String()
 		res.TraceID = c.traceID
@@ -96,7 +105,7 @@ func (c *call) invoke(ctx context.Context, res *Result) error {
 		if err == nil {
 			return nil
 		}
-		if !r.retryable(&c.decl, err, n) || !sleep(ctx, r.backoff(n)) {
+		if c.intent != nil || !r.retryable(&c.decl, err, n) || !sleep(ctx, r.backoff(n)) { // an intent runs once: never retried
 			return err
 		}
 	}
@@ -186,8 +195,9 @@ type call struct {
 	entry     *tools.Entry
 	decl      tools.Declaration // with the invocation's lowered limits
 	inv       *Invocation
-	limitsErr error  // the invocation's limits are refused (rule 1)
-	inputHash string // of the canonical input, the same for every attempt
+	limitsErr error   // the invocation's limits are refused (rule 1)
+	inputHash string  // of the canonical input, the same for every attempt
+	intent    *Intent // the approved intent this call executes, if any
 
 	// Set by rule 2 for the attempt in progress.
 	decision *audit.Decision         // the capability decision, for the audit log
@@ -245,6 +255,9 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	sp.phase("authorize")
 	d := r.policy.Decide(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, c.inv.Grants, r.opts.Now())
 	rec.Capabilities = capability.Strings(d.Granted)
+	if c.decl.RequiresApproval && c.intent == nil && d.Allowed() {
+		d.Reason = c.decl.Key() + " requires an approved intent: propose it, have it approved, and run it with the intent's id and hash"
+	}
 	c.decision = decisionRecord(d)
 	c.grants = d.Effective()
 	if !d.Allowed() {
@@ -279,9 +292,22 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	claim.State = string(lifecycle.Executing)
 	claim.Transitions = transitions(hist)
 	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, c.decision, sp)
-	tx, err := r.store.Begin(ctx, &claim, claimEvents...)
+	var tx *txn.Tx
+	if c.intent != nil {
+		// The intent is marked executed in the update that claims the
+		// attempt: of two executions, at most one can claim it.
+		x := IntentExecution{ExecutionID: claim.ExecutionID, CallID: claim.CallID, Principal: claim.Principal, At: start.At.UTC()}
+		tx, err = r.store.BeginWith(ctx, &claim, r.claimGuard(c.intent, x), claimEvents...)
+	} else {
+		tx, err = r.store.Begin(ctx, &claim, claimEvents...)
+	}
 	if err != nil {
 		// Nothing was written and nothing ran.
+		var ie *IntentError
+		if errors.As(err, &ie) {
+			r.recordRefusal(ctx, ie.IntentID, c.inv.Principal, ie.Code)
+			return c.end(ctx, m, rec, lifecycle.EventAbort, ie)
+		}
 		return c.end(ctx, m, rec, lifecycle.EventAbort, &StateError{Op: "begin", Err: err})
 	}
 	rec.AuditEvents = claim.AuditEvents

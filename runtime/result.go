@@ -24,6 +24,13 @@ type Invocation struct {
 	// higher (or negative) value fails the invocation at rule 1 with a
 	// ValidationError (Phase "limits"), recorded FAILED.
 	Limits *tools.ResourceLimits
+
+	// IntentID and IntentHash execute an approved intent: the call runs
+	// the intent's tool, version and input (Tool, Version and Input may be
+	// left empty; if set they must match), once, never retried. See
+	// Runtime.Propose.
+	IntentID   string
+	IntentHash string
 }
 
 // Result is the outcome of an invocation: its final state, and every
@@ -38,6 +45,10 @@ type Result struct {
 	Output      json.RawMessage `json:"output,omitempty"`
 	Error       *ErrorInfo      `json:"error,omitempty"`
 	Attempts    []Attempt       `json:"attempts"`
+	IntentID    string          `json:"intentId,omitempty"` // the approved intent the call executed
+	// Replayed marks a stored outcome returned without running anything:
+	// the execution of an intent that ran already. Its attempts say when.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Attempt is one run through the lifecycle.

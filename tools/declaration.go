@@ -25,6 +25,9 @@ type Declaration struct {
 	ResourceLimits       ResourceLimits          `json:"resourceLimits"`
 	Deterministic        bool                    `json:"deterministic"`
 	Idempotent           bool                    `json:"idempotent"`
+	// RequiresApproval means the tool runs only as an approved intent (a
+	// human approved this exact invocation); any other call is DENIED.
+	RequiresApproval bool `json:"requiresApproval,omitempty"`
 }
 
 // ResourceLimits are a tool's execution constraints. Zero means "not

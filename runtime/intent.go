@@ -1,0 +1,460 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/uuid"
+	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// An intent is an exact invocation proposed for a human to approve: a tool,
+// a version and a validated input, identified by a random UUID and by a
+// SHA-256 hash of the three. It runs only with both, only once approved,
+// only if unchanged, and at most once. Intents are append-only: nothing
+// modifies or deletes one; a decision and an execution are added to it.
+//
+// The records live in state namespaces no tool reaches.
+const (
+	nsIntents    = reservedPrefix + "intents"          // id -> intentRecord, written once
+	nsDecisions  = reservedPrefix + "intent.decisions" // id -> IntentDecision, written once
+	nsExecuted   = reservedPrefix + "intent.executed"  // id -> IntentExecution, written with the claim
+	nsIntentLogs = reservedPrefix + "intent.refusals"  // id/seq -> IntentEvent, a refused execution
+)
+
+// The statuses of an intent.
+const (
+	IntentPending  = "pending"
+	IntentApproved = "approved"
+	IntentRejected = "rejected"
+	IntentExecuted = "executed"
+)
+
+// Intent is a proposed invocation and what happened to it.
+type Intent struct {
+	ID         string           `json:"id"`
+	Hash       string           `json:"hash"` // hex SHA-256 of the canonical {"input", "tool", "version"}
+	Tool       string           `json:"tool"`
+	Version    string           `json:"version"`
+	Input      json.RawMessage  `json:"input"`
+	Proposer   string           `json:"proposer"`
+	ProposedAt time.Time        `json:"proposedAt"`
+	Status     string           `json:"status"` // pending, approved, rejected or executed
+	Decision   *IntentDecision  `json:"decision,omitempty"`
+	Execution  *IntentExecution `json:"execution,omitempty"`
+	// Refusals are the execution requests refused after the intent existed
+	// (pending, rejected, hash mismatch, already executed, ...), oldest
+	// first.
+	Refusals []IntentRefusal `json:"refusals,omitempty"`
+}
+
+// IntentDecision is a human's approval or rejection.
+type IntentDecision struct {
+	Approved bool      `json:"approved"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
+// IntentExecution is the one execution of an approved intent: written in
+// the same update that claimed it, before the tool ran.
+type IntentExecution struct {
+	ExecutionID string    `json:"executionId"`
+	CallID      string    `json:"callId"`
+	Principal   string    `json:"principal"`
+	At          time.Time `json:"at"`
+}
+
+// IntentRefusal is an execution request that was refused.
+type IntentRefusal struct {
+	At        time.Time `json:"at"`
+	Principal string    `json:"principal"`
+	Code      string    `json:"code"` // the IntentError code
+}
+
+// intentRecord is the stored proposal.
+type intentRecord struct {
+	ID         string          `json:"id"`
+	Hash       string          `json:"hash"`
+	Tool       string          `json:"tool"`
+	Version    string          `json:"version"`
+	Input      json.RawMessage `json:"input"`
+	Proposer   string          `json:"proposer"`
+	ProposedAt time.Time       `json:"proposedAt"`
+}
+
+// ErrIntent is matched (errors.Is) by every *IntentError.
+var ErrIntent = errors.New("runtime: intent refused")
+
+// IntentError is an intent that cannot be executed (or decided), and why.
+// Code is one of: intent_malformed, intent_not_found, intent_pending,
+// intent_rejected, intent_hash_mismatch, intent_tool_changed,
+// intent_already_executed, intent_in_flight, intent_decided. It also
+// matches ErrAuthorization: the invocation is not authorized to run.
+type IntentError struct {
+	Code      string
+	IntentID  string
+	Reason    string
+	Execution *IntentExecution // for intent_already_executed and intent_in_flight: the one execution
+}
+
+func (e *IntentError) Error() string {
+	return fmt.Sprintf("runtime: intent %s: %s: %s", e.IntentID, strings.TrimPrefix(e.Code, "intent_"), e.Reason)
+}
+func (e *IntentError) Is(target error) bool { return target == ErrIntent || target == ErrAuthorization }
+func (e *IntentError) code() string         { return e.Code }
+
+// IntentHash is the hash an intent of tool@version with input has: the hex
+// SHA-256 of the RFC 8785 canonical form of {"input", "tool", "version"}.
+func IntentHash(tool, version string, input json.RawMessage) (string, error) {
+	b, err := json.Marshal(struct {
+		Input   json.RawMessage `json:"input"`
+		Tool    string          `json:"tool"`
+		Version string          `json:"version"`
+	}{input, tool, version})
+	if err != nil {
+		return "", fmt.Errorf("runtime: intent input: %w", err)
+	}
+	return hashJSON(b), nil
+}
+
+// Propose stores inv as an intent awaiting approval, after validating its
+// input against the tool's schema (a *ValidationError otherwise, and
+// nothing is stored). The version is pinned: "" becomes the highest
+// registered one. inv.Principal is recorded as the proposer.
+func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) {
+	if err := r.enter(); err != nil {
+		return nil, err
+	}
+	defer r.inflight.Done()
+	entry, err := r.reg.Lookup(inv.Tool, inv.Version)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	decl := entry.Declaration()
+	switch {
+	case len(inv.Input) == 0:
+		return nil, &ValidationError{Phase: "input", Err: errors.New("no input; pass a JSON object such as {}")}
+	case len(inv.Input) > r.opts.MaxInputBytes:
+		return nil, &ValidationError{Phase: "input", Err: fmt.Errorf("input is %d bytes, more than the %d allowed", len(inv.Input), r.opts.MaxInputBytes)}
+	}
+	if err := entry.ValidateInput(inv.Input); err != nil {
+		return nil, &ValidationError{Phase: "input", Err: err}
+	}
+	hash, err := IntentHash(decl.ID, decl.Version, inv.Input)
+	if err != nil {
+		return nil, &ValidationError{Phase: "input", Err: err}
+	}
+	rec := intentRecord{
+		ID: uuid.New(), Hash: hash, Tool: decl.ID, Version: decl.Version,
+		Input: append(json.RawMessage(nil), inv.Input...), Proposer: principalOf(inv), ProposedAt: r.opts.Now().UTC(),
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		if _, ok := v.Get(nsIntents, rec.ID); ok {
+			return errors.New("runtime: intent id collision") // a random UUID: never in practice
+		}
+		return v.Put(nsIntents, rec.ID, b)
+	})
+	if err != nil {
+		return nil, &StateError{Op: "record", Err: err}
+	}
+	return r.Intent(ctx, rec.ID)
+}
+
+// Approve records approver's approval of a pending intent. Rejected,
+// approved and executed intents cannot be decided again (an *IntentError
+// with code intent_decided).
+func (r *Runtime) Approve(ctx context.Context, id, approver string) (*Intent, error) {
+	return r.decide(ctx, id, IntentDecision{Approved: true, By: approver})
+}
+
+// Reject records approver's rejection of a pending intent, with a reason.
+func (r *Runtime) Reject(ctx context.Context, id, approver, reason string) (*Intent, error) {
+	if strings.TrimSpace(reason) == "" {
+		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "a rejection needs a reason"}
+	}
+	return r.decide(ctx, id, IntentDecision{Approved: false, By: approver, Reason: reason})
+}
+
+func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Intent, error) {
+	if err := r.enter(); err != nil {
+		return nil, err
+	}
+	defer r.inflight.Done()
+	if !uuid.Valid(id) {
+		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "not a lowercase UUID v4"}
+	}
+	if strings.TrimSpace(d.By) == "" {
+		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "no approver named"}
+	}
+	d.At = r.opts.Now().UTC()
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		if _, ok := v.Get(nsIntents, id); !ok {
+			return &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}
+		}
+		if prev, ok := v.Get(nsDecisions, id); ok {
+			var p IntentDecision
+			json.Unmarshal(prev, &p)
+			verb := "rejected"
+			if p.Approved {
+				verb = "approved"
+			}
+			return &IntentError{Code: "intent_decided", IntentID: id,
+				Reason: fmt.Sprintf("already %s by %s at %s; a decision is final", verb, p.By, p.At.Format(time.RFC3339))}
+		}
+		return v.Put(nsDecisions, id, b)
+	})
+	if err != nil {
+		var ie *IntentError
+		if errors.As(err, &ie) {
+			return nil, ie
+		}
+		return nil, &StateError{Op: "record", Err: err}
+	}
+	return r.Intent(ctx, id)
+}
+
+// Intent returns the intent id with its status and history, or an
+// *IntentError (intent_malformed, intent_not_found).
+func (r *Runtime) Intent(ctx context.Context, id string) (*Intent, error) {
+	if !uuid.Valid(id) {
+		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "not a lowercase UUID v4"}
+	}
+	b, ok, err := r.store.StateValue(ctx, nsIntents, id)
+	if err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	if !ok {
+		return nil, &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}
+	}
+	return r.loadIntent(ctx, b)
+}
+
+func (r *Runtime) loadIntent(ctx context.Context, b []byte) (*Intent, error) {
+	var rec intentRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, &StateError{Op: "read", Err: fmt.Errorf("intent record is corrupt: %w", err)}
+	}
+	in := &Intent{ID: rec.ID, Hash: rec.Hash, Tool: rec.Tool, Version: rec.Version, Input: rec.Input,
+		Proposer: rec.Proposer, ProposedAt: rec.ProposedAt, Status: IntentPending}
+	if d, ok, err := r.store.StateValue(ctx, nsDecisions, rec.ID); err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	} else if ok {
+		in.Decision = new(IntentDecision)
+		if err := json.Unmarshal(d, in.Decision); err != nil {
+			return nil, &StateError{Op: "read", Err: fmt.Errorf("intent decision is corrupt: %w", err)}
+		}
+		in.Status = IntentRejected
+		if in.Decision.Approved {
+			in.Status = IntentApproved
+		}
+	}
+	if x, ok, err := r.store.StateValue(ctx, nsExecuted, rec.ID); err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	} else if ok {
+		in.Execution = new(IntentExecution)
+		if err := json.Unmarshal(x, in.Execution); err != nil {
+			return nil, &StateError{Op: "read", Err: fmt.Errorf("intent execution record is corrupt: %w", err)}
+		}
+		in.Status = IntentExecuted
+	}
+	refusals, err := r.store.StateValues(ctx, nsIntentLogs)
+	if err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	keys := make([]string, 0)
+	for k := range refusals {
+		if strings.HasPrefix(k, rec.ID+"/") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys) // id/<zero-padded unix nanos>-<rand>: time order
+	for _, k := range keys {
+		var ref IntentRefusal
+		if json.Unmarshal(refusals[k], &ref) == nil {
+			in.Refusals = append(in.Refusals, ref)
+		}
+	}
+	return in, nil
+}
+
+// IntentFilter selects intents; zero fields match all.
+type IntentFilter struct {
+	Status string
+}
+
+// Intents returns the intents matching f, oldest proposal first.
+func (r *Runtime) Intents(ctx context.Context, f IntentFilter) ([]*Intent, error) {
+	all, err := r.store.StateValues(ctx, nsIntents)
+	if err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	var out []*Intent
+	for _, b := range all {
+		in, err := r.loadIntent(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		if f.Status == "" || in.Status == f.Status {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Intent) int {
+		if c := a.ProposedAt.Compare(b.ProposedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// intentFor checks, in order, that inv names an intent that may run now:
+// the id and hash are well formed, the intent exists, it is approved, the
+// hash matches, its tool version is still registered, and it was never
+// executed. It returns the intent (whose tool, version and input the
+// invocation takes) or an *IntentError; every refusal of an existing
+// intent is recorded in its history.
+func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *tools.Entry, error) {
+	refuse := func(in *Intent, e *IntentError) (*Intent, *tools.Entry, error) {
+		if in != nil {
+			r.recordRefusal(ctx, in.ID, principalOf(*inv), e.Code)
+		}
+		return in, nil, e
+	}
+	id, hash := inv.IntentID, inv.IntentHash
+	if !uuid.Valid(id) {
+		return refuse(nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "the intent id is not a lowercase UUID v4"})
+	}
+	if len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return refuse(nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "the hash is not 64 lowercase hex digits (SHA-256)"})
+	}
+	in, err := r.Intent(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch in.Status {
+	case IntentPending:
+		return refuse(in, &IntentError{Code: "intent_pending", IntentID: id, Reason: "not approved yet"})
+	case IntentRejected:
+		return refuse(in, &IntentError{Code: "intent_rejected", IntentID: id,
+			Reason: fmt.Sprintf("rejected by %s at %s: %s", in.Decision.By, in.Decision.At.Format(time.RFC3339), in.Decision.Reason)})
+	}
+	if hash != in.Hash {
+		return refuse(in, &IntentError{Code: "intent_hash_mismatch", IntentID: id, Reason: "the hash does not match the approved intent; it was not run"})
+	}
+	if (inv.Tool != "" && inv.Tool != in.Tool) || (inv.Version != "" && inv.Version != in.Version) || (len(inv.Input) > 0 && !sameJSON(inv.Input, in.Input)) {
+		return refuse(in, &IntentError{Code: "intent_hash_mismatch", IntentID: id, Reason: "the invocation differs from the approved intent; it was not run"})
+	}
+	entry, err := r.reg.Lookup(in.Tool, in.Version)
+	if err != nil {
+		return refuse(in, &IntentError{Code: "intent_tool_changed", IntentID: id,
+			Reason: fmt.Sprintf("%s@%s is no longer registered: %v", in.Tool, in.Version, err)})
+	}
+	if in.Execution != nil {
+		return refuse(in, r.executedError(ctx, in.ID, in.Execution))
+	}
+	return in, entry, nil
+}
+
+// executedError says an intent ran already: in flight while its execution
+// is still EXECUTING, else already executed.
+func (r *Runtime) executedError(ctx context.Context, id string, x *IntentExecution) *IntentError {
+	if rec, err := r.store.Get(ctx, x.ExecutionID); err == nil && rec.State == string(lifecycle.Executing) {
+		return &IntentError{Code: "intent_in_flight", IntentID: id, Execution: x,
+			Reason: fmt.Sprintf("its execution %s started at %s and is still running", x.ExecutionID, x.At.Format(time.RFC3339Nano))}
+	}
+	return &IntentError{Code: "intent_already_executed", IntentID: id, Execution: x,
+		Reason: fmt.Sprintf("executed at %s (execution %s); an intent runs at most once", x.At.Format(time.RFC3339Nano), x.ExecutionID)}
+}
+
+// recordRefusal adds a refused execution request to the intent's history.
+// It is best effort: the refusal itself does not depend on it.
+func (r *Runtime) recordRefusal(ctx context.Context, id, principal, code string) {
+	now := r.opts.Now().UTC()
+	b, _ := json.Marshal(IntentRefusal{At: now, Principal: principal, Code: code})
+	key := fmt.Sprintf("%s/%020d-%s", id, now.UnixNano(), uuid.New()[:8])
+	r.store.PutState(context.WithoutCancel(ctx), nsIntentLogs, key, b)
+}
+
+// claimGuard is the BeginWith guard of an intent's execution: it marks
+// the intent executed by this attempt in the claim's own update, or fails
+// if another attempt marked it first.
+func (r *Runtime) claimGuard(in *Intent, x IntentExecution) func(*txn.StateView) error {
+	b, _ := json.Marshal(x)
+	return func(v *txn.StateView) error {
+		if prev, ok := v.Get(nsExecuted, in.ID); ok {
+			var p IntentExecution
+			json.Unmarshal(prev, &p)
+			return &IntentError{Code: "intent_in_flight", IntentID: in.ID, Execution: &p,
+				Reason: fmt.Sprintf("another execution (%s) claimed it first; an intent runs at most once", p.ExecutionID)}
+		}
+		return v.Put(nsExecuted, in.ID, b)
+	}
+}
+
+// intentRefused answers an execution request refused before any attempt:
+// for an intent that ran already, the stored outcome of its execution,
+// marked replayed, with the refusal.
+func (r *Runtime) intentRefused(ctx context.Context, err error) (*Result, error) {
+	var ie *IntentError
+	if errors.As(err, &ie) && ie.Code == "intent_already_executed" && ie.Execution != nil {
+		if res, rerr := r.resultOfCall(ctx, ie.Execution.CallID); rerr == nil {
+			res.IntentID, res.Replayed = ie.IntentID, true
+			return res, ie
+		}
+	}
+	return nil, err
+}
+
+// resultOfCall rebuilds the Result of a call from its stored records.
+func (r *Runtime) resultOfCall(ctx context.Context, callID string) (*Result, error) {
+	recs, err := r.store.List(ctx, txn.Filter{CallID: callID})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("runtime: no records of call %s", callID)
+	}
+	slices.SortFunc(recs, func(a, b *txn.Record) int { return a.Attempt - b.Attempt })
+	res := &Result{CallID: callID}
+	for _, rec := range recs {
+		a := Attempt{ExecutionID: rec.ExecutionID, Number: rec.Attempt, State: lifecycle.State(rec.State),
+			StartedAt: rec.StartedAt, EndedAt: rec.EndedAt}
+		if rec.Error != nil {
+			a.Error = &ErrorInfo{Type: rec.Error.Type, Code: rec.Error.Code, Message: rec.Error.Message, Stack: rec.Error.Stack}
+		}
+		for _, t := range rec.Transitions {
+			a.Transitions = append(a.Transitions, lifecycle.Transition{From: lifecycle.State(t.From), To: lifecycle.State(t.To),
+				Event: lifecycle.Event(t.Event), At: t.At, Reason: t.Reason})
+		}
+		res.Attempts = append(res.Attempts, a)
+		res.ExecutionID, res.Tool, res.Version, res.State, res.Error = rec.ExecutionID, rec.ToolID, rec.ToolVersion, a.State, a.Error
+		res.Output, res.TraceID = rec.Output, rec.TraceID
+	}
+	return res, nil
+}
+
+func principalOf(inv Invocation) string {
+	if inv.Principal == "" {
+		return "anonymous"
+	}
+	return inv.Principal
+}
+
+// sameJSON reports whether two JSON values are equal in canonical form.
+func sameJSON(a, b json.RawMessage) bool { return hashJSON(a) == hashJSON(b) }
