@@ -113,6 +113,3 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
-
-// Builtins returns the built-in tools, to register into a Registry.
-func Builtins() []Tool { return []Tool{FileRead()} }

@@ -178,8 +178,17 @@ func TestTools(t *testing.T) {
 	}
 	r = toolgate(t, "", "tools", "--json")
 	var decls []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) == 0 || decls[0]["id"] != "file.read" {
+	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) == 0 {
 		t.Fatalf("tools --json: %v %s", err, r.stdout)
+	}
+	ids := map[any]bool{}
+	for _, d := range decls {
+		ids[d["id"]] = true
+	}
+	for _, id := range []string{"file.read", "which_command", "exec_status", "exec_capture", "exec_with_input", "exec"} {
+		if !ids[id] {
+			t.Errorf("tools --json lacks %s", id)
+		}
 	}
 }
 
