@@ -491,3 +491,24 @@ func TestExecTools_Replay(t *testing.T) {
 }
 
 var durationRE = regexp.MustCompile(`"duration_ms":\d+`)
+
+// The built-in registry holds file.read and the five process tools, each
+// a full declaration that registers (schemas lint and compile).
+func TestBuiltins_ProcessTools(t *testing.T) {
+	var ids []string
+	reg := tools.NewRegistry()
+	for _, tl := range tools.Builtins() {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+		d := tl.Declaration()
+		ids = append(ids, d.ID)
+		if d.ID == tools.ExecID && !strings.Contains(d.Description, "Compatibility path") {
+			t.Errorf("exec is not marked as the compatibility path: %q", d.Description)
+		}
+	}
+	want := "file.read which_command exec_status exec_capture exec_with_input exec"
+	if got := strings.Join(ids, " "); got != want {
+		t.Errorf("Builtins() = %s; want %s", got, want)
+	}
+}

@@ -61,7 +61,7 @@ func TestFileRead_Declaration(t *testing.T) {
 	if got, want := compactJSON(t, b), compactJSON(t, []byte(appendixA)); got != want {
 		t.Errorf("file.read declaration =\n%s\nwant RFC-0001 appendix A\n%s", got, want)
 	}
-	if got := tools.Builtins(); len(got) != 1 || keyOf(got[0]) != "file.read@1.0.0" {
+	if got := tools.Builtins(); len(got) == 0 || keyOf(got[0]) != "file.read@1.0.0" {
 		t.Errorf("Builtins() = %v", got)
 	}
 }
