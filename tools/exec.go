@@ -118,9 +118,9 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // Schema fragments shared by the exec tools' input schemas.
 const (
 	schemaCommand = `"command": {"type": "string", "description": "A bare command name, looked up in the search path, or an absolute path; never run through a shell", "minLength": 1, "maxLength": 4096, "pattern": "^[^\\x00]+$"}`
-	schemaArgs    = `"args": {"type": "array", "description": "Arguments after the program name, passed as they are, one argument each", "maxItems": 4096, "items": {"type": "string", "maxLength": 131072, "pattern": "^[^\\x00]*$"}}`
+	schemaArgs    = `"args": {"type": "array", "description": "Arguments after the program name, passed as they are, one argument each", "maxItems": 4096, "items": {"type": "string", "maxLength": 131071, "pattern": "^[^\\x00]*$"}}`
 	schemaCwd     = `"cwd": {"type": "string", "description": "Working directory, inside a granted filesystem scope; omitted: a fresh empty directory", "minLength": 1, "maxLength": 4096, "pattern": "^[^\\x00]+$"}`
-	schemaEnv     = `"env": {"type": "object", "description": "Environment variables for the process besides PATH; nothing is inherited", "maxProperties": 256, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, "additionalProperties": {"type": "string", "maxLength": 131072, "pattern": "^[^\\x00]*$"}}`
+	schemaEnv     = `"env": {"type": "object", "description": "Environment variables for the process besides PATH; nothing is inherited", "maxProperties": 256, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, "additionalProperties": {"type": "string", "maxLength": 131071, "pattern": "^[^\\x00]*$"}}`
 	schemaTimeout = `"timeout_seconds": {"type": "number", "description": "Stop the process group after this many seconds and return its partial output with timed_out true; below the tool's maxExecutionTime", "exclusiveMinimum": 0, "exclusiveMaximum": %d}`
 	schemaStdin   = `"stdin": {"type": "string", "description": "Standard input of the process"}`
 	schemaMaxOut  = `"max_stdout_bytes": {"type": "integer", "description": "Bytes of standard output kept (default %[1]d); the rest is drained and counted", "minimum": 1, "maximum": %[2]d},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +179,19 @@ func TestExecTools_Timeout(t *testing.T) {
 		t.Errorf("result %v; want timed_out with the partial output", out)
 	}
 
+	// A grandchild holding the output pipe does not hold the call: the
+	// whole group is killed, and the partial output names it.
+	out = completed(t, rt, tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"fork"}, "timeout_seconds": 0.5})
+	if out["timed_out"] != true || out["success"] != false {
+		t.Errorf("fork: %v", out)
+	}
+	line, _, _ := strings.Cut(out["stdout"].(string), "\n")
+	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "gpid="))
+	if err != nil {
+		t.Fatalf("no grandchild pid in the partial output %q", out["stdout"])
+	}
+	waitGone(t, gpid)
+
 	res, err := rt.Execute(context.Background(), tgruntime.Invocation{
 		Tool: tools.ExecCaptureID, Principal: "tester",
 		Input:  json.RawMessage(`{"command":` + quote(exe) + `,"args":["sleep","60"]}`),
@@ -201,6 +215,23 @@ func TestExecTools_Timeout(t *testing.T) {
 	if res, err := execute(t, rt, tools.ExecStatusID, map[string]any{"command": exe, "timeout_seconds": 300}); !errors.Is(err, tgruntime.ErrValidation) || res.State != lifecycle.Failed {
 		t.Fatalf("err = %v; want a validation error", err)
 	}
+}
+
+// waitGone fails the test unless pid is gone (or a zombie awaiting its
+// reaper) within a second.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for range 100 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return // gone
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return // dead, not yet reaped
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("process %d survived the group kill", pid)
 }
 
 func quote(s string) string {

@@ -1,47 +1,5 @@
 package tools
 
-// The registry file: external tools declared in YAML, so a CLI user adds a
-// tool without writing Go.
-//
-// The file is parsed with go.yaml.in/yaml/v3, the YAML organization's
-// maintained continuation of gopkg.in/yaml.v3 (same API, same parser). It
-// was chosen over writing a parser because YAML is not small (anchors,
-// block scalars, flow collections, quoting rules) and a half-parser would
-// misread files silently; over JSON only because hand-written schemas and
-// argv lists read better in YAML. Its yaml.Node tree keeps the line of
-// every value, which is what lets every load error name file:line. JSON is
-// valid YAML, so a .json registry file loads too.
-//
-// The format, one entry per tool under "tools" (keys other than these are
-// refused):
-//
-//	tools:
-//	  - id: file.sha256                 # RFC-0001 4.1 id
-//	    version: 1.0.0                  # semantic version
-//	    name: SHA-256 of a file         # optional; default: the id
-//	    description: ...
-//	    command: sha256sum              # bare name (looked up) or absolute path
-//	    search_path: /usr/bin:/bin      # optional; absolute entries only
-//	    argv: ["--", "{path}"]          # literals and whole-element {field} references
-//	    cwd: "{cwd}"                    # optional: a string field giving the working directory
-//	    env: {LC_ALL: C}                # fixed variables
-//	    env_inherit: [HOME]             # copied from toolgate's environment when set
-//	    input_schema: {...}             # JSON Schema 2020-12 written as YAML
-//	    output_schema: {...}            # optional; default: the process result schema
-//	    capabilities: [filesystem.read] # process.exec:<command> is added
-//	    limits: {max_execution_time: 10s, max_memory: 0, max_file_size: 0, max_output_bytes: 0, max_concurrent: 0}
-//	    max_stdout_bytes: 65536         # optional, per stream, at most 1 MiB
-//	    max_stderr_bytes: 65536
-//	    idempotent: true
-//	    deterministic: true
-//
-// The output is the process result of spec 004 section 5 ([ExecResult]
-// with stdout). A process that ran is data (success, exit_code, timed_out);
-// one that did not start fails the attempt with a *ProcessError, and a
-// value the template may not place (a leading "-" before "--", a NUL byte)
-// fails it with a *ProcessError of kind "invalid_argument" before anything
-// runs.
-
 import (
 	"bytes"
 	"context"
@@ -90,6 +48,36 @@ const maxRegistryFile = 16 << 20
 // (read-only) registry holding base (the built-in tools, say) and the
 // file's tools. It fails closed: on any error it returns no registry and a
 // *RegistryFileError naming the file, the line and the reason.
+//
+// The format is YAML (JSON loads too), one entry per tool under "tools";
+// keys other than these are refused:
+//
+//	tools:
+//	  - id: file.sha256                 # RFC-0001 4.1 id
+//	    version: 1.0.0                  # semantic version
+//	    name: SHA-256 of a file         # optional; default: the id
+//	    description: ...
+//	    command: sha256sum              # bare name (looked up) or absolute path
+//	    search_path: /usr/bin:/bin      # optional; absolute entries only
+//	    argv: ["--", "{path}"]          # literals and whole-element {field} references
+//	    cwd: "{cwd}"                    # optional: a string field giving the working directory
+//	    env: {LC_ALL: C}                # fixed variables
+//	    env_inherit: [HOME]             # copied from toolgate's environment when set
+//	    input_schema: {...}             # JSON Schema 2020-12 written as YAML
+//	    output_schema: {...}            # optional; default: the process result schema
+//	    capabilities: [filesystem.read] # process.exec:<command> is added
+//	    limits: {max_execution_time: 10s, max_memory: 0, max_file_size: 0, max_output_bytes: 0, max_concurrent: 0}
+//	    max_stdout_bytes: 65536         # optional, per stream, at most 1 MiB
+//	    max_stderr_bytes: 65536
+//	    idempotent: true
+//	    deterministic: true
+//
+// The output is the process result of spec 004 section 5 ([ExecResult]
+// with stdout); an output_schema, when given, must accept it. A process
+// that ran is data (success, exit_code, timed_out); one that did not start
+// fails the attempt with a *ProcessError, and a value the template may not
+// place (a leading "-" before "--", a NUL byte) fails it with a
+// *ProcessError of kind "invalid_argument" before anything runs.
 func LoadRegistryFile(path string, base ...Tool) (*Registry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -172,6 +160,9 @@ func (p *fileParser) parse(data []byte) ([]*parsedTool, error) {
 	}
 	if err := p.noAliases(&doc); err != nil {
 		return nil, err
+	}
+	if len(doc.Content) == 0 {
+		return nil, p.errAt(&doc, "empty file; expected a mapping with a tools list")
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {

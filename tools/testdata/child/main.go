@@ -8,6 +8,7 @@
 //	child flood BYTES         write BYTES to stdout and to stderr at once
 //	child sleep SECONDS       print "partial", sleep
 //	child pwd                 print the working directory
+//	child fork                start a grandchild that sleeps holding stdout, print its pid, sleep
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -71,6 +73,20 @@ func main() {
 	case "sleep":
 		fmt.Println("partial")
 		time.Sleep(time.Duration(num(2)) * time.Second)
+	case "fork":
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		g := exec.Command(exe, "sleep", "60")
+		g.Stdout = os.Stdout // the very pipe the runner reads
+		if err := g.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("gpid=%d\n", g.Process.Pid)
+		time.Sleep(time.Minute)
 	case "pwd":
 		d, _ := os.Getwd()
 		fmt.Print(d)
