@@ -19,6 +19,29 @@
 // [ErrNotFrozen], so what runs is always read from a registry that can no
 // longer change.
 //
+// # Process tools
+//
+// [ProcessTools] are the tools of spec 004: which_command, exec_status,
+// exec_capture, exec_with_input and exec (the compatibility path). They run
+// one program through [Env.Run] (argv only, never a shell; the command
+// resolved to an absolute path; an environment allowlist; the process
+// group killed at the deadline; output capped while the pipes drain) and
+// return an [ExecResult]. A process that ran is data, a launch failure is a
+// [*ProcessError].
+//
+// # Registry files
+//
+// [LoadRegistryFile] declares external process tools in a YAML file: id,
+// version, schemas, capabilities, limits, the command and an
+// [ArgvTemplate] that places validated input fields as whole arguments.
+// It fails closed with file:line and the reason, and returns a frozen
+// registry. The file is parsed with go.yaml.in/yaml/v3, the YAML
+// organization's maintained continuation of gopkg.in/yaml.v3 (same API and
+// parser): YAML is too large a language to hand-parse safely (anchors,
+// block scalars, flow collections, quoting), and yaml.Node keeps the line
+// of every value, which is what lets every error name its line. JSON is
+// valid YAML, so a .json registry file loads too.
+//
 // # Trust
 //
 // In-process Go tools are trusted code: the [Env] handles confine what a

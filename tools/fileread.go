@@ -63,6 +63,3 @@ func readFile(ctx context.Context, env *Env, in FileReadInput) (FileReadOutput, 
 	}
 	return FileReadOutput{Content: o.Content, Size: o.Size}, nil
 }
-
-// Builtins returns the built-in tools, to register into a Registry.
-func Builtins() []Tool { return []Tool{FileRead(), FileReadRange(), FileList(), FileWrite()} }

@@ -90,9 +90,10 @@ func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
 }
 
 type globals struct {
-	db         string
-	json       bool
-	policyPath string
+	db           string
+	json         bool
+	policyPath   string
+	registryPath string
 }
 
 func newRoot(stdio Stdio) *cobra.Command {
@@ -112,6 +113,7 @@ with every lifecycle transition in a bbolt database.
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
+	root.PersistentFlags().StringVar(&g.registryPath, "registry", "", "registry file of external tools, YAML or JSON (default $TOOLGATE_REGISTRY; none: the built-in tools only)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
 	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio))
 	return root

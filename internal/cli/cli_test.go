@@ -36,7 +36,7 @@ func workdir(t *testing.T) string {
 	// No telemetry unless a test asks for it, whatever the environment says.
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-		"TOOLGATE_POLICY", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
+		"TOOLGATE_POLICY", "TOOLGATE_REGISTRY", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
 		t.Setenv(v, "")
 	}
 	must(t, os.WriteFile("hello.txt", []byte("hello\n"), 0o600))
@@ -178,8 +178,17 @@ func TestTools(t *testing.T) {
 	}
 	r = toolgate(t, "", "tools", "--json")
 	var decls []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) < 4 || decls[0]["id"] != "file.list" {
+	if err := json.Unmarshal([]byte(r.stdout), &decls); err != nil || len(decls) == 0 {
 		t.Fatalf("tools --json: %v %s", err, r.stdout)
+	}
+	ids := map[any]bool{}
+	for _, d := range decls {
+		ids[d["id"]] = true
+	}
+	for _, id := range []string{"file.read", "file.list", "file.write", "which_command", "exec_status", "exec_capture", "exec_with_input", "exec"} {
+		if !ids[id] {
+			t.Errorf("tools --json lacks %s", id)
+		}
 	}
 }
 

@@ -122,16 +122,16 @@ as --principal, by default cli:$USER.
 	return cmd
 }
 
-// open opens the runtime on the database with the built-in tools and opts
-// (whose Registry it sets).
+// open opens the runtime on the database with the CLI's tools (see
+// registry) and opts (whose Registry it sets).
 func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 	path, err := g.dbPath()
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	reg, err := builtinRegistry()
+	reg, err := g.registry()
 	if err != nil {
-		return nil, internalErr(err)
+		return nil, err
 	}
 	opts.Registry = reg
 	rt, err := tgruntime.Open(path, opts)
@@ -141,10 +141,27 @@ func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 	return rt, nil
 }
 
-// registry returns the frozen registry of the tools the CLI runs.
+// registry returns the frozen registry of the tools the CLI runs: the
+// built-in tools, plus the tools of the registry file named by --registry
+// or $TOOLGATE_REGISTRY. A file that does not load is a usage error naming
+// file:line; nothing runs.
 func (g *globals) registry() (*tools.Registry, error) {
-	reg, err := builtinRegistry()
+	path := g.registryPath
+	if path == "" {
+		path = os.Getenv("TOOLGATE_REGISTRY")
+	}
+	if path == "" {
+		reg, err := builtinRegistry()
+		if err != nil {
+			return nil, internalErr(err)
+		}
+		return reg, nil
+	}
+	reg, err := tools.LoadRegistryFile(path, tools.Builtins()...)
 	if err != nil {
+		if errors.Is(err, tools.ErrRegistryFile) {
+			return nil, usageErr("--registry: %s", strings.TrimPrefix(err.Error(), "tools: "))
+		}
 		return nil, internalErr(err)
 	}
 	return reg, nil

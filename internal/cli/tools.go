@@ -17,9 +17,9 @@ func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "List the registered tools",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := builtinRegistry()
+			reg, err := g.registry()
 			if err != nil {
-				return internalErr(err)
+				return err
 			}
 			entries := reg.Entries()
 			if g.json {
@@ -42,9 +42,9 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "Show a tool's declaration with its schemas",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := builtinRegistry()
+			reg, err := g.registry()
 			if err != nil {
-				return internalErr(err)
+				return err
 			}
 			id, version, _ := strings.Cut(args[0], "@")
 			e, err := reg.Lookup(id, version)
