@@ -90,7 +90,8 @@ type ProcessError struct {
 }
 
 func (e *ProcessError) Error() string {
-	return fmt.Sprintf("tools: process %s: %s: %v", e.Command, e.Kind, strings.TrimPrefix(e.Err.Error(), "proc: "))
+	msg := strings.TrimPrefix(strings.TrimPrefix(e.Err.Error(), "proc: "), "tools: ")
+	return fmt.Sprintf("tools: process %s: %s: %s", e.Command, e.Kind, msg)
 }
 
 // Unwrap returns ErrProcess and the cause.
