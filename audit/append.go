@@ -87,6 +87,13 @@ func (e *Event) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
+	if e.IdempotencyKey != "" {
+		b = append(b, `,"idempotencyKey":`...)
+		b = appendJSONString(b, e.IdempotencyKey)
+	}
+	if e.IdempotencyBypass {
+		b = append(b, `,"idempotencyBypass":true`...)
+	}
 	return append(b, '}')
 }
 

@@ -47,6 +47,9 @@ func TestEvent_AppendJSON(t *testing.T) {
 				}
 			}
 		}
+		if rng.IntN(2) == 0 {
+			e.IdempotencyKey, e.IdempotencyBypass = str(), rng.IntN(2) == 0
+		}
 		want, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)

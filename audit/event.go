@@ -51,6 +51,11 @@ type Event struct {
 	// Decision is the capability decision (enforcement rule 2), on the
 	// event of the transition it caused: AUTHORIZED or DENIED.
 	Decision *Decision `json:"decision,omitempty"`
+	// IdempotencyKey is the key the invocation was made with, if any.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// IdempotencyBypass marks an invocation that ran again although its
+	// key held a result: the caller asked to bypass it.
+	IdempotencyBypass bool `json:"idempotencyBypass,omitempty"`
 }
 
 // Decision records one capability decision: who (the event's userId) asked
@@ -127,7 +132,7 @@ func (e *Event) Hash() (string, error) {
 
 func (e *Event) check() error {
 	strs := []string{e.PrevHash, e.EventID, e.ToolID, e.ToolVersion, e.ExecutionID,
-		e.CallID, e.State, e.UserID, e.InputHash, e.OutputHash}
+		e.CallID, e.State, e.UserID, e.InputHash, e.OutputHash, e.IdempotencyKey}
 	strs = append(strs, e.Capabilities...)
 	if e.Error != nil {
 		strs = append(strs, e.Error.Type, e.Error.Code, e.Error.Message)

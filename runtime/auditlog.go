@@ -9,13 +9,22 @@ import (
 	"github.com/toolgate/toolgate/txn"
 )
 
+// eventExtras are what an attempt's events carry besides its record: the
+// capability decision (on the AUTHORIZED or DENIED event) and the
+// idempotency key (on every event).
+type eventExtras struct {
+	decision *audit.Decision
+	idemKey  string
+	bypass   bool
+}
+
 // auditEvents builds the audit events (RFC-0001 8.1) of the transitions
 // hist[from:] of the attempt rec, records their ids in rec, and returns
 // them for the store to append in the same update as rec. start is when the
 // attempt began; info describes its failure, if any; dec is the capability
 // decision, recorded on the AUTHORIZED or DENIED event. Each event's id and
 // hash go to sp, when the attempt is traced.
-func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, dec *audit.Decision, sp *attemptSpans) []txn.AuditEvent {
+func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, x eventExtras, sp *attemptSpans) []txn.AuditEvent {
 	out := make([]txn.AuditEvent, 0, len(hist)-from)
 	for i, t := range hist[from:] {
 		e := audit.Event{
@@ -42,8 +51,9 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 			e.OutputHash = rec.OutputHash
 		}
 		if t.To == lifecycle.Authorized || t.To == lifecycle.Denied {
-			e.Decision = dec
+			e.Decision = x.decision
 		}
+		e.IdempotencyKey, e.IdempotencyBypass = x.idemKey, x.bypass
 		data := e.AppendJSON(make([]byte, 0, 512))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
 		sp.event(from+i, e.EventID, data)

@@ -79,11 +79,18 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	if inv.Limits != nil {
 		c.limitsErr = lowerLimits(&c.decl.ResourceLimits, inv.Limits)
 	}
+	if inv.IdempotencyKey != "" {
+		h, replayed, err := c.claimKey(ctx)
+		if replayed != nil || err != nil {
+			return replayed, err // nothing ran, nothing to trace; a replayed failure keeps its error
+		}
+		c.idem = h
+	}
 	tel := r.tel.on()
 	if tel {
 		ctx = c.startTelemetry(ctx)
 	}
-	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version, IntentID: inv.IntentID}
+	res := &Result{CallID: inv.CallID, Tool: c.decl.ID, Version: c.decl.Version, IntentID: inv.IntentID, IdempotencyKey: inv.IdempotencyKey}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		c.traceID = sc.TraceID().String()
 		res.TraceID = c.traceID
@@ -91,7 +98,23 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	if tel {
 		defer c.finishTelemetry(ctx, res) // deferred: spans end even if a bug panics here
 	}
-	return res, c.invoke(ctx, res)
+	err = c.invoke(ctx, res)
+	if kerr := c.finishKey(ctx, false); kerr != nil && err == nil {
+		// The result stands; the key's record is settled when the
+		// database is next opened.
+		err = &StateError{Op: "record idempotency key", Err: kerr}
+	}
+	return res, err
+}
+
+// extras are the attempt's audit event extras; decided says whether the
+// events include the capability decision's.
+func (c *call) extras(decided bool) eventExtras {
+	x := eventExtras{idemKey: c.inv.IdempotencyKey, bypass: c.inv.BypassIdempotency && c.inv.IdempotencyKey != ""}
+	if decided {
+		x.decision = c.decision
+	}
+	return x
 }
 
 // invoke runs attempts until one completes or the retry policy gives up,
@@ -198,6 +221,7 @@ type call struct {
 	limitsErr error   // the invocation's limits are refused (rule 1)
 	inputHash string  // of the canonical input, the same for every attempt
 	intent    *Intent // the approved intent this call executes, if any
+	idem      *idem   // the call's hold on its idempotency key, if any
 
 	// Set by rule 2 for the attempt in progress.
 	decision *audit.Decision         // the capability decision, for the audit log
@@ -291,7 +315,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	claim := *rec
 	claim.State = string(lifecycle.Executing)
 	claim.Transitions = transitions(hist)
-	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, c.decision, sp)
+	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, c.extras(true), sp)
 	var tx *txn.Tx
 	if c.intent != nil {
 		// The intent is marked executed in the update that claims the
@@ -346,7 +370,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	ok, _ := m.Next(lifecycle.EventOK, "", r.opts.Now())
 	hist = append(m.History(), ok)
 	final := c.final(rec, hist, nil)
-	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil, nil, sp)
+	events := auditEvents(&r.ids, final, hist, len(hist)-1, m.Created(), nil, c.extras(false), sp)
 	if err := tx.Commit(context.WithoutCancel(ctx), final, events...); err != nil {
 		rec.Output, rec.OutputHash = nil, ""
 		return c.rollback(m, rec, tx, &StateError{Op: "commit", Err: err})
@@ -561,7 +585,7 @@ func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, e
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause), c.decision, sp)
+	events := auditEvents(&c.r.ids, final, hist, 0, m.Created(), errorInfo(cause), c.extras(true), sp)
 	perr := c.r.store.Put(context.WithoutCancel(ctx), final, events...)
 	if perr != nil {
 		err = errors.Join(cause, &StateError{Op: "record", Err: perr})
@@ -590,7 +614,7 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)
-	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause), nil, sp)
+	events := auditEvents(&c.r.ids, final, hist, executed, m.Created(), errorInfo(cause), c.extras(false), sp)
 	var serr error
 	if rerr := tx.Rollback(context.Background(), final, events...); rerr != nil {
 		serr = &StateError{Op: "rollback", Err: rerr}

@@ -46,6 +46,10 @@ type Options struct {
 	// against; "" means the process's working directory at Open.
 	WorkDir string
 
+	// IdempotencyTTL is how long an idempotency key holds its result;
+	// default 24h.
+	IdempotencyTTL time.Duration
+
 	// OpenTimeout is how long Open waits for another process to release the
 	// database; default 1s.
 	OpenTimeout time.Duration
@@ -116,6 +120,9 @@ func (o *Options) fill() {
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = time.Second
 	}
+	if o.IdempotencyTTL == 0 {
+		o.IdempotencyTTL = 24 * time.Hour
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -135,6 +142,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Policy != nil && o.Grants != nil {
 		errs = append(errs, errors.New("runtime: set Options.Policy or Options.Grants, not both"))
+	}
+	if o.IdempotencyTTL < 0 {
+		errs = append(errs, errors.New("runtime: IdempotencyTTL must not be negative"))
 	}
 	if o.OpenTimeout < 0 {
 		errs = append(errs, errors.New("runtime: OpenTimeout must not be negative"))

@@ -31,6 +31,21 @@ type Invocation struct {
 	// Runtime.Propose.
 	IntentID   string
 	IntentHash string
+
+	// IdempotencyKey, scoped to Principal and Tool: the first call with a
+	// key runs; a later one with the same key and the same canonical
+	// request (tool, version, input), within Options.IdempotencyTTL,
+	// returns the first one's stored result, failures included, marked
+	// Replayed, and runs nothing. The same key with a different request is
+	// an IdempotencyError (idempotency_conflict) and runs nothing. While
+	// the first call still runs, a second waits for it (bounded by its
+	// context), or with IdempotencyNoWait fails at once
+	// (idempotency_in_flight).
+	IdempotencyKey    string
+	IdempotencyNoWait bool
+	// BypassIdempotency runs the call even though its key holds a result,
+	// and makes it the key's result; its audit events say so.
+	BypassIdempotency bool
 }
 
 // Result is the outcome of an invocation: its final state, and every
@@ -47,8 +62,10 @@ type Result struct {
 	Attempts    []Attempt       `json:"attempts"`
 	IntentID    string          `json:"intentId,omitempty"` // the approved intent the call executed
 	// Replayed marks a stored outcome returned without running anything:
-	// the execution of an intent that ran already. Its attempts say when.
-	Replayed bool `json:"replayed,omitempty"`
+	// the execution of an intent that ran already, or the first call made
+	// with an idempotency key. Its attempts say when it ran.
+	Replayed       bool   `json:"replayed,omitempty"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // Attempt is one run through the lifecycle.

@@ -116,6 +116,11 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		store.Close()
 		return nil, fmt.Errorf("runtime: finishing the staged file writes of committed executions: %w", err)
 	}
+	if err := r.recoverKeys(context.Background()); err != nil {
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: settling the idempotency keys of interrupted invocations: %w", err)
+	}
 	return r, nil
 }
 
@@ -136,7 +141,7 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
-		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, nil, nil), nil
+		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, eventExtras{}, nil), nil
 	}
 }
 

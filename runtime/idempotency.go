@@ -1,0 +1,284 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+// Idempotency keys, per principal and tool: the first invocation with a key
+// runs; a later one with the same key and the same canonical request,
+// within the TTL, gets the stored result (failures included) marked
+// replayed, without running anything. The records live in state namespaces
+// no tool reaches.
+const (
+	nsIdem       = reservedPrefix + "idempotency"        // scope -> idemRecord
+	nsIdemExpiry = reservedPrefix + "idempotency.expiry" // <expiry unix nanos>/<scope> -> ""
+
+	// MaxIdempotencyKey is the longest idempotency key accepted, in bytes.
+	MaxIdempotencyKey = 255
+
+	// purgeBatch bounds how many expired keys one new key removes, so that
+	// purging rides on writes that happen anyway, a few at a time.
+	purgeBatch = 16
+)
+
+// The states of an idempotency record.
+const (
+	idemRunning = "running"
+	idemDone    = "done"
+)
+
+type idemRecord struct {
+	Principal   string    `json:"principal"`
+	Tool        string    `json:"tool"`
+	Key         string    `json:"key"`
+	RequestHash string    `json:"requestHash"`
+	CallID      string    `json:"callId"`
+	State       string    `json:"state"`
+	CreatedAt   time.Time `json:"createdAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+}
+
+// ErrIdempotency is matched (errors.Is) by every *IdempotencyError.
+var ErrIdempotency = errors.New("runtime: idempotency key refused")
+
+// IdempotencyError is an invocation that did not run because of its
+// idempotency key. Code is idempotency_conflict (the key was used for a
+// different request), idempotency_in_flight (the key's first invocation is
+// still running and the caller chose not to wait) or idempotency_invalid.
+type IdempotencyError struct {
+	Code   string
+	Key    string
+	CallID string // the call the key belongs to
+	Reason string
+}
+
+func (e *IdempotencyError) Error() string {
+	return fmt.Sprintf("runtime: idempotency key %q: %s", e.Key, e.Reason)
+}
+func (e *IdempotencyError) Is(target error) bool { return target == ErrIdempotency }
+func (e *IdempotencyError) code() string         { return e.Code }
+
+func idemScope(principal, tool, key string) string {
+	sum := sha256.Sum256([]byte(principal + "\x00" + tool + "\x00" + key))
+	return hex.EncodeToString(sum[:])
+}
+
+func expiryKey(at time.Time, scope string) string {
+	return fmt.Sprintf("%020d/%s", at.UnixNano(), scope)
+}
+
+// idem is an invocation's hold on its idempotency key.
+type idem struct {
+	scope string
+	rec   idemRecord
+}
+
+// claimKey registers the invocation under its idempotency key, or returns
+// what the key already holds: a replayed result, a conflict, or (with
+// NoWait) an in-flight error. Waiting for a running first invocation is
+// bounded by ctx.
+func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
+	r, inv := c.r, c.inv
+	key := inv.IdempotencyKey
+	switch {
+	case len(key) > MaxIdempotencyKey:
+		return nil, nil, &IdempotencyError{Code: "idempotency_invalid", Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", MaxIdempotencyKey)}
+	case strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) || r == unicode.ReplacementChar }) >= 0:
+		return nil, nil, &IdempotencyError{Code: "idempotency_invalid", Key: key, Reason: "contains unprintable characters"}
+	}
+	reqHash, err := IntentHash(c.decl.ID, c.decl.Version, inv.Input)
+	if err != nil {
+		return nil, nil, &ValidationError{Phase: "input", Err: err}
+	}
+	h := &idem{scope: idemScope(inv.Principal, c.decl.ID, key)}
+	wait := 5 * time.Millisecond
+	for {
+		now := r.opts.Now().UTC()
+		h.rec = idemRecord{Principal: inv.Principal, Tool: c.decl.ID, Key: key, RequestHash: reqHash, CallID: inv.CallID,
+			State: idemRunning, CreatedAt: now, ExpiresAt: now.Add(r.opts.IdempotencyTTL)}
+		var held idemRecord
+		err := r.store.UpdateState(ctx, func(v *txn.StateView) error {
+			held = idemRecord{}
+			if b, ok := v.Get(nsIdem, h.scope); ok {
+				if err := json.Unmarshal(b, &held); err != nil {
+					return fmt.Errorf("idempotency record is corrupt: %w", err)
+				}
+				if held.ExpiresAt.After(now) && !inv.BypassIdempotency {
+					return errHeld
+				}
+				v.Delete(nsIdemExpiry, expiryKey(held.ExpiresAt, h.scope))
+			}
+			b, _ := json.Marshal(h.rec)
+			if err := v.Put(nsIdem, h.scope, b); err != nil {
+				return err
+			}
+			if err := v.Put(nsIdemExpiry, expiryKey(h.rec.ExpiresAt, h.scope), nil); err != nil {
+				return err
+			}
+			return purgeExpired(v, now, h.scope)
+		})
+		switch {
+		case err == nil:
+			return h, nil, nil
+		case !errors.Is(err, errHeld):
+			return nil, nil, &StateError{Op: "record", Err: err}
+		case held.RequestHash != reqHash:
+			return nil, nil, &IdempotencyError{Code: "idempotency_conflict", Key: key, CallID: held.CallID,
+				Reason: fmt.Sprintf("already used at %s for a different request (call %s); nothing ran", held.CreatedAt.Format(time.RFC3339), held.CallID)}
+		case held.State == idemDone:
+			res, err := r.resultOfCall(ctx, held.CallID)
+			if err != nil {
+				return nil, nil, &StateError{Op: "read", Err: err}
+			}
+			res.Replayed, res.IdempotencyKey = true, key
+			return nil, res, replayedError(res.Error)
+		case inv.IdempotencyNoWait:
+			return nil, nil, &IdempotencyError{Code: "idempotency_in_flight", Key: key, CallID: held.CallID,
+				Reason: fmt.Sprintf("its first invocation (call %s) is still running", held.CallID)}
+		}
+		// Running: wait for it to finish, then take its result.
+		if !sleep(ctx, wait) {
+			return nil, nil, &IdempotencyError{Code: "idempotency_in_flight", Key: key, CallID: held.CallID,
+				Reason: fmt.Sprintf("its first invocation (call %s) was still running when the caller gave up: %v", held.CallID, context.Cause(ctx))}
+		}
+		wait = min(wait*2, 200*time.Millisecond)
+	}
+}
+
+// errHeld says the key holds an unexpired record (and no bypass).
+var errHeld = errors.New("held")
+
+// purgeExpired removes up to purgeBatch keys that expired before now
+// (never keep, the key being written).
+func purgeExpired(v *txn.StateView, now time.Time, keep string) error {
+	limit := fmt.Sprintf("%020d", now.UnixNano())
+	for _, e := range v.Scan(nsIdemExpiry, "", purgeBatch) {
+		if e.Key >= limit {
+			break
+		}
+		_, scope, _ := strings.Cut(e.Key, "/")
+		if err := v.Delete(nsIdemExpiry, e.Key); err != nil {
+			return err
+		}
+		if scope == keep {
+			continue
+		}
+		if b, ok := v.Get(nsIdem, scope); ok {
+			var rec idemRecord
+			if json.Unmarshal(b, &rec) == nil && expiryKey(rec.ExpiresAt, scope) == e.Key {
+				if err := v.Delete(nsIdem, scope); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// doneRecord is the key's record once its invocation has ended.
+func (h *idem) doneRecord() []byte {
+	rec := h.rec
+	rec.State = idemDone
+	b, _ := json.Marshal(rec)
+	return b
+}
+
+// finish marks the key's invocation done, unless the final commit already
+// did (committed): its stored records are now the key's result.
+func (c *call) finishKey(ctx context.Context, committed bool) error {
+	if c.idem == nil || committed {
+		return nil
+	}
+	h := c.idem
+	return c.r.store.UpdateState(context.WithoutCancel(ctx), func(v *txn.StateView) error {
+		if b, ok := v.Get(nsIdem, h.scope); ok {
+			var cur idemRecord
+			if json.Unmarshal(b, &cur) == nil && cur.CallID != h.rec.CallID {
+				return nil // replaced by a bypass meanwhile: that one owns the key now
+			}
+		}
+		return v.Put(nsIdem, h.scope, h.doneRecord())
+	})
+}
+
+// recoverKeys settles the keys whose invocation a crash interrupted: its
+// records (ABORTED, ROLLED_BACK "interrupted", or final) are its result; a
+// key whose call left no record at all is freed.
+func (r *Runtime) recoverKeys(ctx context.Context) error {
+	all, err := r.store.StateValues(ctx, nsIdem)
+	if err != nil {
+		return err
+	}
+	for scope, b := range all {
+		var rec idemRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("idempotency record %s is corrupt: %w", scope, err)
+		}
+		if rec.State != idemRunning {
+			continue
+		}
+		recs, err := r.store.List(ctx, txn.Filter{CallID: rec.CallID})
+		if err != nil {
+			return err
+		}
+		err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
+			if len(recs) == 0 {
+				v.Delete(nsIdemExpiry, expiryKey(rec.ExpiresAt, scope))
+				return v.Delete(nsIdem, scope)
+			}
+			rec.State = idemDone
+			b, _ := json.Marshal(rec)
+			return v.Put(nsIdem, scope, b)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReplayedError is the error of a replayed result that was not COMPLETED:
+// the stored failure, matching its RFC-0001 class (errors.Is(err,
+// ErrTimeout), ...) so that a replayed failure is never mistaken for a
+// success.
+type ReplayedError struct {
+	Info ErrorInfo
+}
+
+func (e *ReplayedError) Error() string { return "runtime: replayed: " + strings.TrimPrefix(e.Info.Message, "runtime: ") }
+
+func (e *ReplayedError) Is(target error) bool {
+	switch e.Info.Type {
+	case "ValidationError":
+		return target == ErrValidation
+	case "AuthorizationError":
+		return target == ErrAuthorization
+	case "ResourceError":
+		return target == ErrResource
+	case "ExecutionError":
+		return target == ErrExecution
+	case "TimeoutError":
+		return target == ErrTimeout
+	case "StateError":
+		return target == ErrState
+	}
+	return false
+}
+
+// replayedError is nil for a replayed success.
+func replayedError(info *ErrorInfo) error {
+	if info == nil {
+		return nil
+	}
+	return &ReplayedError{Info: *info}
+}

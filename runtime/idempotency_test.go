@@ -1,0 +1,281 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// clock is a settable time for Options.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func keyed(tool, input, key string) tgruntime.Invocation {
+	inv := invoke(tool, input)
+	inv.IdempotencyKey = key
+	return inv
+}
+
+func idemCode(err error) string {
+	var ie *tgruntime.IdempotencyError
+	if errors.As(err, &ie) {
+		return ie.Code
+	}
+	return ""
+}
+
+// countingTool counts its runs; it fails when the message is "fail".
+func countingTool(id string, runs *atomic.Int32, opts ...func(*tools.Declaration)) tools.Tool {
+	opts = append([]func(*tools.Declaration){func(d *tools.Declaration) { d.RequiredCapabilities = nil }}, opts...)
+	return tool(decl(id, opts...), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		runs.Add(1)
+		if in.Msg == "fail" {
+			return msg{}, errors.New("boom")
+		}
+		return in, nil
+	})
+}
+
+func TestIdempotency_ReplayAndConflict(t *testing.T) {
+	var runs atomic.Int32
+	rt, _ := openRuntime(t, nil, countingTool("test.count", &runs))
+	ctx := context.Background()
+
+	first, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k1"))
+	if err != nil || first.Replayed {
+		t.Fatal(err)
+	}
+	// The same request, written differently (canonical JSON): a replay.
+	second, err := rt.Execute(ctx, keyed("test.count", `{ "msg" : "a" }`, "k1"))
+	if err != nil || !second.Replayed || second.ExecutionID != first.ExecutionID || string(second.Output) != string(first.Output) ||
+		second.State != lifecycle.Completed || second.IdempotencyKey != "k1" {
+		t.Fatalf("replay: %v, %+v", err, second)
+	}
+	if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"b"}`, "k1")); idemCode(err) != "idempotency_conflict" || !errors.Is(err, tgruntime.ErrIdempotency) {
+		t.Fatalf("same key, other request: %v", err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("ran %d times", runs.Load())
+	}
+
+	// Failures are stored and replayed too, with their class.
+	res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"fail"}`, "k2"))
+	if !errors.Is(err, tgruntime.ErrExecution) || res.State != lifecycle.RolledBack {
+		t.Fatal(err)
+	}
+	again, err := rt.Execute(ctx, keyed("test.count", `{"msg":"fail"}`, "k2"))
+	var re *tgruntime.ReplayedError
+	if !errors.As(err, &re) || !errors.Is(err, tgruntime.ErrExecution) || !again.Replayed || again.ExecutionID != res.ExecutionID {
+		t.Fatalf("replayed failure: %v, %+v", err, again)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("ran %d times", runs.Load())
+	}
+
+	// Keys are scoped to principal and tool.
+	other := keyed("test.count", `{"msg":"a"}`, "k1")
+	other.Principal = "someone-else"
+	if res, err := rt.Execute(ctx, other); err != nil || res.Replayed {
+		t.Fatalf("another principal's key: %v, replayed %v", err, res.Replayed)
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("ran %d times", runs.Load())
+	}
+	if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, string(make([]byte, 300)))); idemCode(err) != "idempotency_invalid" {
+		t.Errorf("a 300-byte key: %v", err)
+	}
+}
+
+// A key whose first invocation still runs makes the second wait and take
+// its result, or (NoWait) fail at once; the tool never runs twice.
+func TestIdempotency_InFlight(t *testing.T) {
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	slow := tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		runs.Add(1)
+		close(started)
+		<-release
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, slow)
+	ctx := context.Background()
+	firstDone := make(chan *tgruntime.Result, 1)
+	go func() {
+		res, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"x"}`, "k"))
+		if err != nil {
+			t.Error(err)
+		}
+		firstDone <- res
+	}()
+	<-started
+
+	noWait := keyed("test.slow", `{"msg":"x"}`, "k")
+	noWait.IdempotencyNoWait = true
+	if _, err := rt.Execute(ctx, noWait); idemCode(err) != "idempotency_in_flight" {
+		t.Fatalf("NoWait: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := rt.Execute(short, keyed("test.slow", `{"msg":"x"}`, "k")); idemCode(err) != "idempotency_in_flight" {
+		t.Fatalf("a waiter whose context ends: %v", err)
+	}
+	waited := make(chan *tgruntime.Result, 1)
+	go func() {
+		res, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"x"}`, "k"))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- res
+	}()
+	time.Sleep(20 * time.Millisecond) // let the waiter find the key running (the outcome does not depend on it)
+	close(release)
+	first, second := <-firstDone, <-waited
+	if !second.Replayed || second.ExecutionID != first.ExecutionID || runs.Load() != 1 {
+		t.Fatalf("waiter: replayed %v, %s vs %s, runs %d", second.Replayed, second.ExecutionID, first.ExecutionID, runs.Load())
+	}
+}
+
+// After the TTL the key is free; a bypass runs again, is audited as such,
+// and becomes the key's result.
+func TestIdempotency_TTLAndBypass(t *testing.T) {
+	var runs atomic.Int32
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	rt, _ := openRuntime(t, &tgruntime.Options{Now: clk.Now, IdempotencyTTL: time.Hour}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	first, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(59 * time.Minute)
+	if res, _ := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); !res.Replayed {
+		t.Fatal("within the TTL: not replayed")
+	}
+	clk.Add(2 * time.Minute)
+	second, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k"))
+	if err != nil || second.Replayed || runs.Load() != 2 {
+		t.Fatalf("after the TTL: %v, replayed %v, runs %d", err, second.Replayed, runs.Load())
+	}
+	// An expired key may even take a different request.
+	clk.Add(2 * time.Hour)
+	if res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"b"}`, "k")); err != nil || res.Replayed {
+		t.Fatalf("expired key, new request: %v", err)
+	}
+
+	bypass := keyed("test.count", `{"msg":"b"}`, "k")
+	bypass.BypassIdempotency = true
+	third, err := rt.Execute(ctx, bypass)
+	if err != nil || third.Replayed || runs.Load() != 4 {
+		t.Fatalf("bypass: %v, replayed %v, runs %d", err, third.Replayed, runs.Load())
+	}
+	for _, e := range auditEventsOf(t, rt, third.ExecutionID) {
+		if !e.IdempotencyBypass || e.IdempotencyKey != "k" {
+			t.Errorf("%s event does not record the bypass: %+v", e.State, e)
+		}
+	}
+	if res, _ := rt.Execute(ctx, keyed("test.count", `{"msg":"b"}`, "k")); !res.Replayed || res.ExecutionID != third.ExecutionID {
+		t.Errorf("after the bypass, the key holds the bypass's result: %+v", res)
+	}
+	_ = first
+}
+
+// Expired keys are purged a few at a time by the writes of new keys, never
+// all at once.
+func TestIdempotency_PurgeIsBounded(t *testing.T) {
+	var runs atomic.Int32
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	rt, _ := openRuntime(t, &tgruntime.Options{Now: clk.Now, IdempotencyTTL: time.Minute}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	for i := range 40 {
+		if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "old-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		vals, err := tgruntime.StoreOf(rt).StateValues(ctx, "toolgate.idempotency")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(vals)
+	}
+	if n := count(); n != 40 {
+		t.Fatalf("%d keys stored", n)
+	}
+	clk.Add(time.Hour)
+	prev := 40
+	for i := range 3 {
+		if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "new-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+		n := count()
+		if removed := prev + 1 - n; removed < 1 || removed > 16 {
+			t.Fatalf("one new key removed %d expired ones; want 1 to 16", removed)
+		}
+		prev = n
+	}
+}
+
+// A key whose invocation a crash interrupted is settled on Open: its
+// records are its result, or, with none, the key is free.
+func TestIdempotency_RecoveredOnOpen(t *testing.T) {
+	var runs atomic.Int32
+	rt, path := openRuntime(t, nil, countingTool("test.count", &runs))
+	ctx := context.Background()
+	done, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "ran"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := tgruntime.StoreOf(rt)
+	vals, _ := store.StateValues(ctx, "toolgate.idempotency")
+	// Mark every key running again, as a crash before the end would leave
+	// it, and add one whose call left no record.
+	for scope, b := range vals {
+		store.PutState(ctx, "toolgate.idempotency", scope, []byte(replaceState(string(b), "running")))
+	}
+	store.PutState(ctx, "toolgate.idempotency", "orphan", []byte(`{"principal":"tester","tool":"test.count","key":"orphan","requestHash":"x","callId":"no-such-call","state":"running","createdAt":"2026-11-22T12:00:00Z","expiresAt":"2999-01-01T00:00:00Z"}`))
+	rt.Close(ctx)
+
+	reg := tools.NewRegistry()
+	if err := reg.Register(countingTool("test.count", &runs)); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(ctx)
+	noWait := keyed("test.count", `{"msg":"a"}`, "ran")
+	noWait.IdempotencyNoWait = true
+	if res, err := rt2.Execute(ctx, noWait); err != nil || !res.Replayed || res.ExecutionID != done.ExecutionID {
+		t.Fatalf("recovered key: %v, %+v", err, res)
+	}
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.idempotency"); vals["orphan"] != nil {
+		t.Errorf("the key of a call that left no record was not freed")
+	}
+}
+
+func replaceState(rec, state string) string {
+	const done = `"state":"done"`
+	for i := 0; i+len(done) <= len(rec); i++ {
+		if rec[i:i+len(done)] == done {
+			return rec[:i] + `"state":"` + state + `"` + rec[i+len(done):]
+		}
+	}
+	return rec
+}
