@@ -255,7 +255,9 @@ type ReplayedError struct {
 	Info ErrorInfo
 }
 
-func (e *ReplayedError) Error() string { return "runtime: replayed: " + strings.TrimPrefix(e.Info.Message, "runtime: ") }
+func (e *ReplayedError) Error() string {
+	return "runtime: replayed: " + strings.TrimPrefix(e.Info.Message, "runtime: ")
+}
 
 func (e *ReplayedError) Is(target error) bool {
 	switch e.Info.Type {
