@@ -203,7 +203,7 @@ func (x execTool) tool() Tool {
 		RequiredCapabilities: execCaps(),
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: execMaxTime, MaxOutputBytes: execMaxOutput},
 	}
-	return NewRaw(decl, x.execute)
+	return previewTool{NewRaw(decl, x.execute)}
 }
 
 func (x execTool) execute(ctx context.Context, env *Env, raw json.RawMessage) (json.RawMessage, error) {

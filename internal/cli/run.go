@@ -32,6 +32,10 @@ func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
 		callID  string
 		who     string
 		maxTime time.Duration
+		// intents and idempotency
+		intentID, intentHash string
+		idemKey              string
+		bypass, noWait       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run TOOL[@VERSION]",
@@ -50,9 +54,26 @@ as --principal, by default cli:$USER.
 ` + exitCodesHelp,
 		Example: `  toolgate run file.read --allow filesystem.read:. --input '{"path":"README.md"}'
   echo '{"path":"go.mod"}' | toolgate run file.read@1.0.0 --allow filesystem.read:. --input -`,
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if intentID != "" || intentHash != "" {
+				return cobra.MaximumNArgs(1)(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, version, _ := strings.Cut(args[0], "@")
+			var id, version string
+			if len(args) == 1 {
+				id, version, _ = strings.Cut(args[0], "@")
+			}
+			if (intentID == "") != (intentHash == "") {
+				return usageErr("--intent and --hash go together")
+			}
+			if intentID != "" && cmd.Flags().Changed("input") {
+				return usageErr("--input: an intent runs the input that was approved")
+			}
+			if (bypass || noWait) && idemKey == "" {
+				return usageErr("--bypass-idempotency and --no-wait need --idempotency-key")
+			}
 			in, err := readInput(input, stdio.In)
 			if err != nil {
 				return usageErr("--input: %v", err)
@@ -82,6 +103,11 @@ as --principal, by default cli:$USER.
 			inv := tgruntime.Invocation{
 				Tool: id, Version: version, Input: in, CallID: callID,
 				Principal: who, Grants: grants,
+				IntentID: intentID, IntentHash: intentHash,
+				IdempotencyKey: idemKey, BypassIdempotency: bypass, IdempotencyNoWait: noWait,
+			}
+			if intentID != "" {
+				inv.Input = nil
 			}
 			if maxTime != 0 {
 				inv.Limits = &tools.ResourceLimits{MaxExecutionTime: maxTime}
@@ -91,6 +117,9 @@ as --principal, by default cli:$USER.
 				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
 			}
 			if res == nil {
+				if errors.Is(err, tgruntime.ErrIntent) || errors.Is(err, tgruntime.ErrIdempotency) {
+					return refusedErr(err)
+				}
 				return internalErr(err)
 			}
 			if perr := printResult(stdio, g.json, res, err); perr != nil {
@@ -105,6 +134,16 @@ as --principal, by default cli:$USER.
 			if errors.As(err, &se) && (res.Error == nil || res.Error.Type != "StateError") {
 				return internalErr(err)
 			}
+			if res.Replayed {
+				why := "the idempotency key holds it"
+				if errors.Is(err, tgruntime.ErrIntent) {
+					why = strings.TrimPrefix(err.Error(), "runtime: ")
+				}
+				fmt.Fprintf(stdio.Err, "replayed: the stored result of call %s; nothing ran: %s\n", res.CallID, why)
+				if errors.Is(err, tgruntime.ErrIntent) {
+					return &exitError{code: ExitDenied} // the intent was not run again
+				}
+			}
 			if code := exitCode(res); code != ExitCompleted {
 				return &exitError{code: code}
 			}
@@ -115,6 +154,11 @@ as --principal, by default cli:$USER.
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability for this call, e.g. filesystem.read:. (repeatable)")
 	cmd.Flags().StringVar(&callID, "call-id", "", "the invocation's call id (default: a new UUID)")
 	cmd.Flags().StringVar(&who, "principal", "", "run as this principal of the policy (default: cli:$USER)")
+	cmd.Flags().StringVar(&intentID, "intent", "", "run an approved intent (with --hash): its tool, version and input")
+	cmd.Flags().StringVar(&intentHash, "hash", "", "the approved intent's SHA-256 hash (with --intent)")
+	cmd.Flags().StringVar(&idemKey, "idempotency-key", "", "run at most once per key (per principal and tool): a repeat returns the stored result")
+	cmd.Flags().BoolVar(&bypass, "bypass-idempotency", false, "run even though the key holds a result (audited as a bypass)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "fail at once if the key's first invocation is still running, instead of waiting for it")
 	// Lowers the tool's max execution time for this call (an invocation may
 	// only lower a declared limit); for tests that need a timeout.
 	cmd.Flags().DurationVar(&maxTime, "max-time", 0, "lower the tool's max execution time for this call")
@@ -223,6 +267,16 @@ func parseAllow(vals []string) ([]capability.Capability, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// refusedErr reports an invocation refused before it ran (an intent that
+// may not run, an idempotency key in conflict or in flight): exit 4.
+func refusedErr(err error) error {
+	var ie *tgruntime.IntentError
+	if errors.As(err, &ie) && (ie.Code == "intent_malformed" || ie.Code == "intent_not_found") {
+		return usageErr("%v", err)
+	}
+	return &exitError{code: ExitDenied, err: err}
 }
 
 // principal names the CLI's caller: "cli:" and the OS user name.

@@ -1,0 +1,339 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+const intentHelp = `An intent is an exact invocation (tool, version, input) proposed for a human
+to approve. It is identified by a random UUID and by the SHA-256 of its
+canonical form, and runs only with both, only once approved, only if
+unchanged, and at most once: 'toolgate run --intent ID --hash HASH'.
+Nothing modifies or deletes an intent; a decision is final.`
+
+func newIntentCmd(g *globals, stdio Stdio) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "intent",
+		Short: "Propose, inspect, approve and reject intents (invocations that need a human's approval)",
+		Long:  intentHelp,
+	}
+	cmd.AddCommand(newIntentProposeCmd(g, stdio), newIntentListCmd(g, stdio), newIntentShowCmd(g, stdio),
+		newIntentApproveCmd(g, stdio), newIntentRejectCmd(g, stdio))
+	return cmd
+}
+
+// withRuntime opens the runtime (the database and the registry), runs fn,
+// and closes it.
+func (g *globals) withRuntime(fn func(rt *tgruntime.Runtime) error) error {
+	policy, _ := g.policy() // intents are not authorized here; execution decides
+	rt, err := g.open(&tgruntime.Options{Policy: policy})
+	if err != nil {
+		return err
+	}
+	ferr := fn(rt)
+	if cerr := rt.Close(context.Background()); cerr != nil && ferr == nil {
+		return internalErr(cerr)
+	}
+	return ferr
+}
+
+// intentErr maps an intent error to its exit code.
+func intentErr(err error) error {
+	var ie *tgruntime.IntentError
+	var ve *tgruntime.ValidationError
+	switch {
+	case errors.As(err, &ie) && (ie.Code == "intent_malformed" || ie.Code == "intent_not_found"):
+		return usageErr("%v", err)
+	case errors.As(err, &ie):
+		return &exitError{code: ExitDenied, err: err}
+	case errors.As(err, &ve):
+		return &exitError{code: ExitFailed, err: err}
+	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
+		return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+	}
+	return internalErr(err)
+}
+
+func newIntentProposeCmd(g *globals, stdio Stdio) *cobra.Command {
+	var input, who string
+	cmd := &cobra.Command{
+		Use:   "propose TOOL[@VERSION]",
+		Short: "Propose an invocation for approval; prints its id and hash",
+		Long: `Propose an invocation for approval. The input is validated against the tool's
+schema first (exit 3 if it does not match, and nothing is stored); the
+version is pinned. Prints the intent's id and hash.
+
+` + intentHelp,
+		Example: `  toolgate intent propose file.write --input '{"path":"/srv/out/report.txt","content":"..."}'`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, version, _ := strings.Cut(args[0], "@")
+			in, err := readInput(input, stdio.In)
+			if err != nil {
+				return usageErr("--input: %v", err)
+			}
+			if who == "" {
+				who = principal()
+			}
+			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+				it, err := rt.Propose(cmd.Context(), tgruntime.Invocation{Tool: id, Version: version, Input: in, Principal: who})
+				if err != nil {
+					return intentErr(err)
+				}
+				if g.json {
+					return encodeJSON(stdio, it)
+				}
+				fmt.Fprintf(stdio.Out, "intent %s\nhash   %s\n", it.ID, it.Hash)
+				fmt.Fprintf(stdio.Err, "proposed %s@%s, pending approval: toolgate intent approve %s\n", it.Tool, it.Version, it.ID)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&input, "input", "{}", "input JSON; @FILE reads it from FILE, - from stdin")
+	cmd.Flags().StringVar(&who, "principal", "", "the proposer (default: cli:$USER)")
+	return cmd
+}
+
+func newIntentListCmd(g *globals, stdio Stdio) *cobra.Command {
+	var status string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List intents, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch status {
+			case "", tgruntime.IntentPending, tgruntime.IntentApproved, tgruntime.IntentRejected, tgruntime.IntentExecuted:
+			default:
+				return usageErr("--status: %q is not one of pending, approved, rejected, executed", status)
+			}
+			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+				all, err := rt.Intents(cmd.Context(), tgruntime.IntentFilter{Status: status})
+				if err != nil {
+					return internalErr(err)
+				}
+				if g.json {
+					if all == nil {
+						all = []*tgruntime.Intent{}
+					}
+					return encodeJSON(stdio, all)
+				}
+				tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "INTENT\tSTATUS\tTOOL\tPROPOSED\tBY")
+				for _, it := range all {
+					fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\n", it.ID, it.Status, it.Tool, it.Version, it.ProposedAt.Local().Format(time.DateTime), it.Proposer)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only intents in this status: pending, approved, rejected, executed")
+	return cmd
+}
+
+// intentView is an intent with what it would run.
+type intentView struct {
+	*tgruntime.Intent
+	Process *tools.ProcessPreview `json:"process,omitempty"`
+}
+
+func viewOf(rt *tgruntime.Runtime, it *tgruntime.Intent) intentView {
+	v := intentView{Intent: it}
+	if e, err := rt.Registry().Lookup(it.Tool, it.Version); err == nil {
+		if p, ok := e.Tool().(tools.Previewer); ok {
+			v.Process, _ = p.Preview(it.Input)
+		}
+	}
+	return v
+}
+
+func printIntent(w io.Writer, v intentView) {
+	it := v.Intent
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Intent:\t%s\n", it.ID)
+	fmt.Fprintf(tw, "Hash:\t%s\n", it.Hash)
+	fmt.Fprintf(tw, "Status:\t%s\n", strings.ToUpper(it.Status))
+	fmt.Fprintf(tw, "Tool:\t%s@%s\n", it.Tool, it.Version)
+	if p := v.Process; p != nil {
+		path := p.Path
+		if path == "" {
+			path = p.Command + " (does not resolve now)"
+		}
+		fmt.Fprintf(tw, "Executable:\t%s\n", path)
+		fmt.Fprintf(tw, "Argv:\t%s\n", quoteArgs(append([]string{p.Command}, p.Args...)))
+		if p.Dir != "" {
+			fmt.Fprintf(tw, "Directory:\t%s\n", p.Dir)
+		}
+		if p.Problem != "" {
+			fmt.Fprintf(tw, "Problem:\t%s\n", p.Problem)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "Input:")
+	writeJSON(w, it.Input)
+	fmt.Fprintln(w, "History:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  %s\tproposed by %s\n", it.ProposedAt.Local().Format(time.RFC3339Nano), it.Proposer)
+	if d := it.Decision; d != nil {
+		if d.Approved {
+			fmt.Fprintf(tw, "  %s\tapproved by %s\n", d.At.Local().Format(time.RFC3339Nano), d.By)
+		} else {
+			fmt.Fprintf(tw, "  %s\trejected by %s: %s\n", d.At.Local().Format(time.RFC3339Nano), d.By, d.Reason)
+		}
+	}
+	if x := it.Execution; x != nil {
+		fmt.Fprintf(tw, "  %s\texecuted by %s: execution %s ('toolgate show %s')\n", x.At.Local().Format(time.RFC3339Nano), x.Principal, x.ExecutionID, x.ExecutionID)
+	}
+	for _, r := range it.Refusals {
+		fmt.Fprintf(tw, "  %s\trefused to %s: %s\n", r.At.Local().Format(time.RFC3339Nano), r.Principal, r.Code)
+	}
+	tw.Flush()
+}
+
+// quoteArgs shows argv so that each argument is unambiguous: quoted when
+// it is empty or holds anything but plain characters.
+func quoteArgs(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '@' ||
+				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.Join(out, " ")
+}
+
+func newIntentShowCmd(g *globals, stdio Stdio) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show exactly what an intent would run, and its history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+				it, err := rt.Intent(cmd.Context(), args[0])
+				if err != nil {
+					return intentErr(err)
+				}
+				v := viewOf(rt, it)
+				if g.json {
+					return encodeJSON(stdio, v)
+				}
+				printIntent(stdio.Out, v)
+				return nil
+			})
+		},
+	}
+}
+
+func newIntentApproveCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		yes bool
+		by  string
+	)
+	cmd := &cobra.Command{
+		Use:   "approve ID",
+		Short: "Approve an intent after seeing exactly what it will run",
+		Long: `Show exactly what the intent will run and ask for confirmation (y/n) on a
+terminal. --yes approves without asking, for scripts; without a terminal and
+without --yes, nothing is approved. A decision is final.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if by == "" {
+				by = principal()
+			}
+			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+				it, err := rt.Intent(cmd.Context(), args[0])
+				if err != nil {
+					return intentErr(err)
+				}
+				printIntent(stdio.Err, viewOf(rt, it))
+				if it.Status != tgruntime.IntentPending {
+					return &exitError{code: ExitDenied, err: fmt.Errorf("intent %s is %s: a decision is final", it.ID, it.Status)}
+				}
+				if !yes {
+					if !stdio.terminal() {
+						return usageErr("not approving without a terminal to ask on: run it in a terminal, or pass --yes")
+					}
+					fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
+					line, _ := bufio.NewReader(stdio.In).ReadString('\n')
+					if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+						fmt.Fprintln(stdio.Err, "not approved")
+						return &exitError{code: ExitDenied}
+					}
+				}
+				it, err = rt.Approve(cmd.Context(), it.ID, by)
+				if err != nil {
+					return intentErr(err)
+				}
+				if g.json {
+					return encodeJSON(stdio, viewOf(rt, it))
+				}
+				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: toolgate run --intent %s --hash %s\n", it.ID, it.ID, it.Hash)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "approve without asking (for scripts)")
+	cmd.Flags().StringVar(&by, "approver", "", "who approves (default: cli:$USER)")
+	return cmd
+}
+
+func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
+	var reason, by string
+	cmd := &cobra.Command{
+		Use:   "reject ID --reason TEXT",
+		Short: "Reject an intent, with a reason",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageErr("--reason is required")
+			}
+			if by == "" {
+				by = principal()
+			}
+			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+				it, err := rt.Reject(cmd.Context(), args[0], by, reason)
+				if err != nil {
+					return intentErr(err)
+				}
+				if g.json {
+					return encodeJSON(stdio, viewOf(rt, it))
+				}
+				fmt.Fprintf(stdio.Out, "rejected %s\n", it.ID)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required)")
+	cmd.Flags().StringVar(&by, "approver", "", "who rejects (default: cli:$USER)")
+	return cmd
+}
+
+// terminal reports whether the command can ask its user: stdin is a
+// terminal (or the caller says so).
+func (s Stdio) terminal() bool {
+	if s.Terminal != nil {
+		return s.Terminal()
+	}
+	f, ok := s.In.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
