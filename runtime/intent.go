@@ -246,15 +246,75 @@ func (r *Runtime) Intent(ctx context.Context, id string) (*Intent, error) {
 }
 
 func (r *Runtime) loadIntent(ctx context.Context, b []byte) (*Intent, error) {
+	var id struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(b, &id)
+	recs, err := r.intentRecords(ctx, func(ns string) (map[string][]byte, error) {
+		if ns == nsIntentLogs { // refusals are keyed id/seq
+			es, err := r.store.StateScan(ctx, ns, id.ID+"/")
+			m := make(map[string][]byte, len(es))
+			for _, e := range es {
+				m[e.Key] = e.Value
+			}
+			return m, err
+		}
+		v, ok, err := r.store.StateValue(ctx, ns, id.ID)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return map[string][]byte{id.ID: v}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs.intent(b)
+}
+
+// intentRecords are the decisions, executions and refusals of intents.
+type intentRecords struct {
+	decisions, executed map[string][]byte
+	refusals            map[string][]IntentRefusal // by intent id, oldest first
+}
+
+func (r *Runtime) intentRecords(ctx context.Context, read func(ns string) (map[string][]byte, error)) (*intentRecords, error) {
+	var recs intentRecords
+	var err error
+	if recs.decisions, err = read(nsDecisions); err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	if recs.executed, err = read(nsExecuted); err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	logs, err := read(nsIntentLogs)
+	if err != nil {
+		return nil, &StateError{Op: "read", Err: err}
+	}
+	keys := make([]string, 0, len(logs))
+	for k := range logs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // id/<zero-padded unix nanos>-<rand>: time order within an id
+	recs.refusals = make(map[string][]IntentRefusal)
+	for _, k := range keys {
+		id, _, _ := strings.Cut(k, "/")
+		var ref IntentRefusal
+		if json.Unmarshal(logs[k], &ref) == nil {
+			recs.refusals[id] = append(recs.refusals[id], ref)
+		}
+	}
+	return &recs, nil
+}
+
+// intent assembles one intent from its stored proposal and the records.
+func (recs *intentRecords) intent(b []byte) (*Intent, error) {
 	var rec intentRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, &StateError{Op: "read", Err: fmt.Errorf("intent record is corrupt: %w", err)}
 	}
 	in := &Intent{ID: rec.ID, Hash: rec.Hash, Tool: rec.Tool, Version: rec.Version, Input: rec.Input,
-		Proposer: rec.Proposer, ProposedAt: rec.ProposedAt, Status: IntentPending}
-	if d, ok, err := r.store.StateValue(ctx, nsDecisions, rec.ID); err != nil {
-		return nil, &StateError{Op: "read", Err: err}
-	} else if ok {
+		Proposer: rec.Proposer, ProposedAt: rec.ProposedAt, Status: IntentPending, Refusals: recs.refusals[rec.ID]}
+	if d, ok := recs.decisions[rec.ID]; ok {
 		in.Decision = new(IntentDecision)
 		if err := json.Unmarshal(d, in.Decision); err != nil {
 			return nil, &StateError{Op: "read", Err: fmt.Errorf("intent decision is corrupt: %w", err)}
@@ -264,31 +324,12 @@ func (r *Runtime) loadIntent(ctx context.Context, b []byte) (*Intent, error) {
 			in.Status = IntentApproved
 		}
 	}
-	if x, ok, err := r.store.StateValue(ctx, nsExecuted, rec.ID); err != nil {
-		return nil, &StateError{Op: "read", Err: err}
-	} else if ok {
+	if x, ok := recs.executed[rec.ID]; ok {
 		in.Execution = new(IntentExecution)
 		if err := json.Unmarshal(x, in.Execution); err != nil {
 			return nil, &StateError{Op: "read", Err: fmt.Errorf("intent execution record is corrupt: %w", err)}
 		}
 		in.Status = IntentExecuted
-	}
-	refusals, err := r.store.StateValues(ctx, nsIntentLogs)
-	if err != nil {
-		return nil, &StateError{Op: "read", Err: err}
-	}
-	keys := make([]string, 0)
-	for k := range refusals {
-		if strings.HasPrefix(k, rec.ID+"/") {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys) // id/<zero-padded unix nanos>-<rand>: time order
-	for _, k := range keys {
-		var ref IntentRefusal
-		if json.Unmarshal(refusals[k], &ref) == nil {
-			in.Refusals = append(in.Refusals, ref)
-		}
 	}
 	return in, nil
 }
@@ -304,9 +345,13 @@ func (r *Runtime) Intents(ctx context.Context, f IntentFilter) ([]*Intent, error
 	if err != nil {
 		return nil, &StateError{Op: "read", Err: err}
 	}
+	recs, err := r.intentRecords(ctx, func(ns string) (map[string][]byte, error) { return r.store.StateValues(ctx, ns) })
+	if err != nil {
+		return nil, err
+	}
 	var out []*Intent
 	for _, b := range all {
-		in, err := r.loadIntent(ctx, b)
+		in, err := recs.intent(b)
 		if err != nil {
 			return nil, err
 		}

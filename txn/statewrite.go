@@ -105,3 +105,14 @@ func (s *Store) DeleteState(ctx context.Context, namespace string, keys ...strin
 func (s *Store) PutState(ctx context.Context, namespace, key string, value []byte) error {
 	return s.UpdateState(ctx, func(v *StateView) error { return v.Put(namespace, key, value) })
 }
+
+// StateScan returns the committed entries of namespace under prefix, in
+// key order.
+func (s *Store) StateScan(ctx context.Context, namespace, prefix string) ([]Entry, error) {
+	var out []Entry
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		out = scanState(tx, namespace, prefix)
+		return nil
+	})
+	return out, err
+}

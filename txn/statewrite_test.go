@@ -141,3 +141,15 @@ func TestStateView_SeesItsOwnWrites(t *testing.T) {
 		t.Fatalf("after the update: %v", got)
 	}
 }
+
+func TestStore_StateScan(t *testing.T) {
+	s := openStore(t)
+	seed(t, s, "sys", map[string]string{"a/1": "x", "a/2": "y", "ab": "z", "b/1": "w"})
+	es, err := s.StateScan(context.Background(), "sys", "a/")
+	if err != nil || len(es) != 2 || es[0].Key != "a/1" || es[1].Key != "a/2" || string(es[1].Value) != "y" {
+		t.Fatalf("StateScan(a/) = %v, %v", es, err)
+	}
+	if es, err := s.StateScan(context.Background(), "none", ""); err != nil || len(es) != 0 {
+		t.Fatalf("an absent namespace: %v, %v", es, err)
+	}
+}
