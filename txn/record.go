@@ -88,7 +88,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), r)
+	data, err := appendRecord(make([]byte, 0, 512), r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: execution %q: %v", ErrInvalidRecord, r.ExecutionID, err)
 	}
@@ -97,9 +97,9 @@ func encodeRecord(r *Record) ([]byte, error) {
 
 // decodeRecord decodes a stored record. The result does not alias data.
 func decodeRecord(id string, data []byte) (*Record, error) {
-	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
+	r, err := parseRecord(data)
+	if err != nil {
 		return nil, fmt.Errorf("%w: execution %q: %v", ErrCorrupt, id, err)
 	}
-	return &r, nil
+	return r, nil
 }

@@ -26,7 +26,8 @@ const DefaultTimeout = time.Second
 //
 // 2: claims hold their record in the executing bucket, audit events are
 // stored in groups with the chain head in the audit bucket, no exec_index.
-const formatVersion uint64 = 2
+// 3: records are stored in a compact binary form (see encode.go), not JSON.
+const formatVersion uint64 = 3
 
 var (
 	bucketMeta       = []byte("meta")
