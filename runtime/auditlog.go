@@ -16,6 +16,9 @@ import (
 // hash go to sp, when the attempt is traced.
 func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, sp *attemptSpans) []txn.AuditEvent {
 	out := make([]txn.AuditEvent, 0, len(hist)-from)
+	// The events are encoded into one buffer, each then sliced from it.
+	buf := make([]byte, 0, 480*(len(hist)-from))
+	ends := make([]int, 0, len(hist)-from)
 	for i, t := range hist[from:] {
 		e := audit.Event{
 			EventID:      ids.Ordered(),
@@ -40,10 +43,17 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 		if t.To == lifecycle.Completed {
 			e.OutputHash = rec.OutputHash
 		}
-		data := e.AppendJSON(make([]byte, 0, 512))
+		at := len(buf)
+		buf = e.AppendJSON(buf)
+		ends = append(ends, len(buf))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
-		sp.event(from+i, e.EventID, data)
-		out = append(out, txn.AuditEvent{Data: data})
+		sp.event(from+i, e.EventID, buf[at:])
+	}
+	prev := 0
+	for _, end := range ends {
+		// AppendJSON writes one JSON value: the store need not check it.
+		out = append(out, txn.AuditEvent{Data: buf[prev:end:end], Checked: true})
+		prev = end
 	}
 	return out
 }

@@ -238,7 +238,8 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 	if err != nil {
 		return err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return err
 	}
 	id := []byte(rec.ExecutionID)
@@ -247,12 +248,12 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 			if err := insertRecord(tx, id, data); err != nil {
 				return err
 			}
-			return s.audit(tx, events)
+			return s.audit(tx, evs)
 		})
 }
 
 // audit appends events inside an update, behind a failpoint.
-func (s *Store) audit(tx *bolt.Tx, events []AuditEvent) error {
+func (s *Store) audit(tx *bolt.Tx, events []auditEvent) error {
 	if err := s.failpoint(StepAudit); err != nil {
 		return err
 	}
@@ -397,7 +398,8 @@ func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return nil, err
 	}
 	id := []byte(rec.ExecutionID)
@@ -409,7 +411,7 @@ func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*
 			if err := tx.Bucket(bucketExecuting).Put(id, data); err != nil {
 				return fmt.Errorf("txn: claim execution %q: %w", id, err)
 			}
-			return s.audit(tx, events)
+			return s.audit(tx, evs)
 		})
 	if err != nil {
 		return nil, err

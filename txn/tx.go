@@ -243,7 +243,8 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	if err != nil {
 		return err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return err
 	}
 	s, id := t.store, []byte(t.id)
@@ -265,7 +266,7 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		if err := finishRecord(tx, id, data); err != nil {
 			return err
 		}
-		return s.audit(tx, events)
+		return s.audit(tx, evs)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -295,8 +296,9 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 	}
 	summary, data, err := t.seal(final, false)
 	t.end()
+	var evs []auditEvent
 	if err == nil {
-		err = checkAuditEvents(events)
+		evs, err = prepareAudit(events)
 	}
 	if err != nil {
 		return err
@@ -307,7 +309,7 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 			if err := finishRecord(tx, id, data); err != nil {
 				return err
 			}
-			return t.store.audit(tx, events)
+			return t.store.audit(tx, evs)
 		})
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
