@@ -118,6 +118,10 @@ func Open(path string, opts *Options) (*Store, error) {
 		// Do not persist the freelist: bbolt rebuilds it by scanning the file
 		// at open, and every commit writes fewer pages.
 		NoFreelistSync: true,
+		// Without fsync on commit, an fsync when the file grows (every
+		// 16 MiB) protects nothing and stalls the writer for the whole
+		// page cache's flush.
+		NoGrowSync: opts.NoSync,
 	})
 	if err != nil {
 		return nil, openError(path, err)

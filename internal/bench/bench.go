@@ -448,6 +448,7 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 		// As package txn opens its database.
 		FreelistType:   bolt.FreelistMapType,
 		NoFreelistSync: true,
+		NoGrowSync:     !b.opts.Sync,
 	})
 	if err != nil {
 		return Phase{}, fmt.Errorf("bench: floor database: %w", err)
