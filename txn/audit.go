@@ -59,7 +59,10 @@ type AuditEntry struct {
 // first, big-endian) as a JSON array of entries: one bbolt put per write
 // rather than per event, which matters because every put materializes the
 // path to the tree's last leaf.
-func appendAudit(tx *bolt.Tx, events []auditEvent) error {
+//
+// The group is encoded into a pooled buffer that the committer returns to
+// the pool once the update has ended (see Store.used).
+func (s *Store) appendAudit(tx *bolt.Tx, events []auditEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -83,7 +86,9 @@ func appendAudit(tx *bolt.Tx, events []auditEvent) error {
 	// The entries are the JSON form of []AuditEntry, written by hand: this
 	// runs inside the serialized commit. Each event was checked and hashed
 	// by prepareAudit before the write was queued.
-	value := append(make([]byte, 0, size), '[')
+	buf := getBuf(size)
+	s.used = append(s.used, buf)
+	value := append(*buf, '[')
 	for i, ev := range events {
 		if i > 0 {
 			value = append(value, ',')
@@ -106,6 +111,7 @@ func appendAudit(tx *bolt.Tx, events []auditEvent) error {
 		value = append(value, '}')
 	}
 	value = append(value, ']')
+	*buf = value
 	if err := log.Put(key[:], value); err != nil {
 		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
 	}

@@ -55,7 +55,7 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 			if err != nil {
 				return err
 			}
-			if err := appendAudit(tx, evs); err != nil {
+			if err := s.appendAudit(tx, evs); err != nil {
 				return err
 			}
 			done = append(done, rec)

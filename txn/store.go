@@ -80,6 +80,7 @@ type Store struct {
 	wmu     sync.Mutex     // guards queue and leading
 	queue   []*writeReq    // writes waiting for the next batch
 	leading bool           // a writer is committing a batch
+	used    []*[]byte      // pooled buffers of the update in progress; only the leader touches it
 	writers sync.WaitGroup // writes in progress; Close waits for them
 }
 
@@ -238,10 +239,11 @@ func (s *Store) Path() string { return s.path }
 //
 // The audit events are appended in the same update.
 func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) error {
-	data, err := encodeRecord(rec)
+	buf, data, err := encodeRecordBuf(rec)
 	if err != nil {
 		return err
 	}
+	defer putBuf(buf) // write returns once the update has ended
 	evs, err := prepareAudit(events)
 	if err != nil {
 		return err
@@ -261,7 +263,7 @@ func (s *Store) audit(tx *bolt.Tx, events []auditEvent) error {
 	if err := s.failpoint(StepAudit); err != nil {
 		return err
 	}
-	return appendAudit(tx, events)
+	return s.appendAudit(tx, events)
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.
@@ -398,10 +400,11 @@ func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][
 // The audit events (of the transitions up to EXECUTING) are appended in the
 // same update.
 func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*Tx, error) {
-	data, err := encodeRecord(rec)
+	buf, data, err := encodeRecordBuf(rec)
 	if err != nil {
 		return nil, err
 	}
+	defer putBuf(buf) // write returns once the update has ended
 	evs, err := prepareAudit(events)
 	if err != nil {
 		return nil, err

@@ -239,10 +239,11 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	if t.done {
 		return ErrTxDone
 	}
-	summary, data, err := t.seal(final, true)
+	summary, buf, data, err := t.seal(final, true)
 	if err != nil {
 		return err
 	}
+	defer putBuf(buf) // write returns once the update has ended
 	evs, err := prepareAudit(events)
 	if err != nil {
 		return err
@@ -294,7 +295,8 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 	if t.done {
 		return ErrTxDone
 	}
-	summary, data, err := t.seal(final, false)
+	summary, buf, data, err := t.seal(final, false)
+	defer putBuf(buf) // write returns once the update has ended; nil is ignored
 	t.end()
 	var evs []auditEvent
 	if err == nil {
@@ -320,21 +322,24 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 
 // seal validates final and encodes it with the summary of the write-set.
 // final itself is not modified. t.mu must be held.
-func (t *Tx) seal(final *Record, committed bool) (*WriteSetSummary, []byte, error) {
+//
+// data is in the pooled buffer buf, which the caller returns with putBuf
+// once the update that stored data has ended.
+func (t *Tx) seal(final *Record, committed bool) (summary *WriteSetSummary, buf *[]byte, data []byte, err error) {
 	if final != nil && final.ExecutionID != t.id {
-		return nil, nil, fmt.Errorf("%w: final record is for execution %q, transaction for %q",
+		return nil, nil, nil, fmt.Errorf("%w: final record is for execution %q, transaction for %q",
 			ErrInvalidRecord, final.ExecutionID, t.id)
 	}
 	if err := final.validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rec := *final
 	rec.WriteSet = t.summary(committed)
-	data, err := encodeRecord(&rec)
+	buf, data, err = encodeRecordBuf(&rec)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return rec.WriteSet, data, nil
+	return rec.WriteSet, buf, data, nil
 }
 
 // summary describes the buffered write-set. t.mu must be held.

@@ -115,6 +115,7 @@ func (s *Store) commitBatch(batch []*writeReq) {
 			failed = -1
 			return s.failpoint(StepCommit)
 		})
+		s.release() // bbolt has copied the values into its pages, or dropped them
 		var p *panicError
 		if errors.As(err, &p) && failed >= 0 {
 			failErr = p // the request that panicked fails alone, like a failed apply
@@ -144,6 +145,15 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		}
 		return
 	}
+}
+
+// release returns the pooled buffers of the update that has just ended.
+func (s *Store) release() {
+	for i, p := range s.used {
+		putBuf(p)
+		s.used[i] = nil
+	}
+	s.used = s.used[:0]
 }
 
 // panicError is a panic recovered from a bbolt update.
