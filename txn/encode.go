@@ -2,6 +2,7 @@ package txn
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,13 +16,17 @@ import (
 //	record   = tag(0x01) str(ExecutionID) str(CallID) str(TraceID) varint(Attempt)
 //	           str(ToolID) str(ToolVersion) str(Principal) str(State)
 //	           uvarint(len(Transitions)+1, or 0 for nil) transition*
-//	           strs(Capabilities) str(InputHash) str(Output) str(OutputHash)
+//	           strs(Capabilities) str(InputHash) bytes(Output) str(OutputHash)
 //	           opt(ErrorInfo) opt(WriteSetSummary) strs(AuditEvents)
 //	           time(StartedAt) time(EndedAt)
 //	transition = str(From) str(To) str(Event) time(At) str(Reason)
-//	str      = uvarint(len) bytes
+//	str      = uvarint(n<<2 | kind) ...: kind 0: n bytes, the string as is;
+//	           kind 1 (n = 0): the 16 bytes of a UUID in its canonical
+//	           lowercase form (36 characters); kind 2: n bytes whose
+//	           lowercase hex is the string (ids and SHA-256 hashes)
 //	strs     = uvarint(n) str*
-//	time     = byte(len) time.Time.AppendBinary (location offset included)
+//	bytes    = uvarint(len) bytes
+//	time     = bytes(time.Time.AppendBinary) (location offset included)
 //	opt(x)   = 0x00 | 0x01 x
 //	error    = str(Type) str(Code) str(Message) str(Stack)
 //	writeSet = varint(Puts) varint(Deletes) strs(Namespaces) byte(Committed)
@@ -109,9 +114,73 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	return appendTime(b, r.EndedAt)
 }
 
+// String kinds (see the format above).
+const (
+	strRaw  = 0
+	strUUID = 1
+	strHex  = 2
+)
+
 func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
+	switch {
+	case isUUID(s):
+		b = append(b, strUUID)
+		for i := 0; i < len(s); i += 2 {
+			if s[i] == '-' {
+				i--
+				continue
+			}
+			b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
+		}
+		return b
+	case len(s) >= 4 && len(s)%2 == 0 && isLowerHex(s):
+		b = binary.AppendUvarint(b, uint64(len(s)/2)<<2|strHex)
+		for i := 0; i < len(s); i += 2 {
+			b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
+		}
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(s))<<2|strRaw)
 	return append(b, s...)
+}
+
+// isUUID reports whether s is a UUID in canonical form: 36 characters,
+// lowercase hex digits with hyphens at 8, 13, 18 and 23.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isLowerHexDigit(s[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isLowerHexDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLowerHexDigit(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
 }
 
 func appendStrs(b []byte, ss []string) []byte {
@@ -256,7 +325,44 @@ func (d *recordDecoder) bytes(what string) []byte {
 	return v
 }
 
-func (d *recordDecoder) str(what string) string { return string(d.bytes(what)) }
+func (d *recordDecoder) str(what string) string {
+	h := d.uvarint(what)
+	n := h >> 2
+	switch h & 3 {
+	case strRaw:
+		if n > uint64(len(d.b)) {
+			d.fail(what)
+			return ""
+		}
+		v := string(d.b[:n])
+		d.b = d.b[n:]
+		return v
+	case strUUID:
+		if n != 0 || len(d.b) < 16 {
+			d.fail(what)
+			return ""
+		}
+		var u [36]byte
+		hex.Encode(u[0:8], d.b[0:4])
+		hex.Encode(u[9:13], d.b[4:6])
+		hex.Encode(u[14:18], d.b[6:8])
+		hex.Encode(u[19:23], d.b[8:10])
+		hex.Encode(u[24:], d.b[10:16])
+		u[8], u[13], u[18], u[23] = '-', '-', '-', '-'
+		d.b = d.b[16:]
+		return string(u[:])
+	case strHex:
+		if n < 2 || n > uint64(len(d.b)) { // the encoder writes hex of 4 characters or more
+			d.fail(what)
+			return ""
+		}
+		v := hex.EncodeToString(d.b[:n])
+		d.b = d.b[n:]
+		return v
+	}
+	d.fail(what)
+	return ""
+}
 
 func (d *recordDecoder) strs(what string) []string {
 	n := d.uvarint(what)

@@ -17,7 +17,14 @@ func randomRecord(rng *rand.Rand, validUTF8 bool) *Record {
 	if !validUTF8 {
 		pieces = append(pieces, "\xff", "\xc3")
 	}
+	// Ids and hashes have compact forms; their near misses must not.
+	special := []string{"0190f3a2-7c4e-7b21-9d3e-5a6b7c8d9e0f", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+		"0190F3A2-7C4E-7B21-9D3E-5A6B7C8D9E0F", "0190f3a2-7c4e-7b21-9d3e-5a6b7c8d9e0", "0190f3a2x7c4e-7b21-9d3e-5a6b7c8d9e0f",
+		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "abcd", "ab", "abc", "ABCD", "00", "0000"}
 	str := func() string {
+		if rng.IntN(4) == 0 {
+			return special[rng.IntN(len(special))]
+		}
 		s := ""
 		for range rng.IntN(6) {
 			s += pieces[rng.IntN(len(pieces))]
@@ -179,5 +186,29 @@ func TestAppendRecord_Refuses(t *testing.T) {
 	// json.Unmarshal refuses a zone offset of 24h or more: never write one.
 	if _, err := appendRecord(nil, &Record{ExecutionID: "x", StartedAt: time.Now().In(time.FixedZone("z", 25*3600))}); err == nil {
 		t.Error("zone offset +25:00 accepted")
+	}
+}
+
+// UUIDs and lowercase hex (ids, SHA-256 hashes) are stored as their bytes;
+// anything else as is.
+func TestAppendStr_CompactForms(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		size int
+	}{
+		{"0190f3a2-7c4e-7b21-9d3e-5a6b7c8d9e0f", 17},
+		{"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", 34},
+		{"0190F3A2-7C4E-7B21-9D3E-5A6B7C8D9E0F", 38},
+		{"abc", 4},
+		{"", 1},
+	} {
+		b := appendStr(nil, c.s)
+		if len(b) != c.size {
+			t.Errorf("%q: %d bytes, want %d", c.s, len(b), c.size)
+		}
+		d := &recordDecoder{b: b}
+		if got := d.str("s"); got != c.s || d.err != nil || len(d.b) != 0 {
+			t.Errorf("%q read back as %q, %v", c.s, got, d.err)
+		}
 	}
 }
