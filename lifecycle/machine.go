@@ -20,13 +20,37 @@ type Transition struct {
 // Machine is the state machine of one attempt. The zero value is not usable;
 // create one with New.
 type Machine struct {
-	now func() time.Time
+	now     func() time.Time
+	created time.Time
 
 	mu      sync.Mutex
-	fsm     *fsm.FSM
-	created time.Time
+	state   State
 	history []Transition
 }
+
+// compiled is the transition table as looplab/fsm runs it: for every state
+// and event, the state the event leads to, or "" if the event is refused
+// there. It is built once, by firing every event of the table at a
+// looplab/fsm machine set to every state, so a Machine moves exactly as a
+// looplab/fsm machine over the table would, without building one (and its
+// maps and callbacks) per attempt.
+var compiled = sync.OnceValue(func() map[State]map[Event]State {
+	events := make(fsm.Events, 0, len(table))
+	for _, r := range table {
+		events = append(events, fsm.EventDesc{Name: string(r.Event), Src: []string{string(r.From)}, Dst: string(r.To)})
+	}
+	out := make(map[State]map[Event]State)
+	for _, s := range States() {
+		out[s] = make(map[Event]State)
+		for _, r := range table {
+			f := fsm.NewFSM(string(s), events, nil)
+			if f.Event(context.Background(), string(r.Event)) == nil {
+				out[s][r.Event] = State(f.Current())
+			}
+		}
+	}
+	return out
+})
 
 // New returns a machine in DECLARED. now supplies transition times; nil
 // means time.Now.
@@ -34,14 +58,11 @@ func New(now func() time.Time) *Machine {
 	if now == nil {
 		now = time.Now
 	}
-	events := make(fsm.Events, 0, len(table))
-	for _, r := range table {
-		events = append(events, fsm.EventDesc{Name: string(r.Event), Src: []string{string(r.From)}, Dst: string(r.To)})
-	}
 	return &Machine{
 		now:     now,
-		fsm:     fsm.NewFSM(string(Declared), events, nil),
 		created: now(),
+		state:   Declared,
+		history: make([]Transition, 0, 4), // the longest path has four transitions
 	}
 }
 
@@ -49,7 +70,7 @@ func New(now func() time.Time) *Machine {
 func (m *Machine) State() State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return State(m.fsm.Current())
+	return m.state
 }
 
 // Created returns when the machine entered DECLARED.
@@ -59,7 +80,7 @@ func (m *Machine) Created() time.Time { return m.created }
 func (m *Machine) Can(ev Event) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.fsm.Can(string(ev))
+	return compiled()[m.state][ev] != ""
 }
 
 // Fire moves the machine by ev and records the transition with reason. A
@@ -75,27 +96,28 @@ func (m *Machine) Fire(ev Event, reason string) (Transition, error) {
 func (m *Machine) Next(ev Event, reason string, at time.Time) (Transition, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	from := State(m.fsm.Current())
-	for _, r := range table {
-		if r.From == from && r.Event == ev {
-			return Transition{From: from, To: r.To, Event: ev, At: at, Reason: reason}, nil
-		}
+	from := m.state
+	to := compiled()[from][ev]
+	if to == "" {
+		return Transition{}, m.refusal(from, ev)
 	}
-	return Transition{}, m.refusal(from, ev)
+	return Transition{From: from, To: to, Event: ev, At: at, Reason: reason}, nil
 }
 
 // FireAt is Fire with the transition time given; a zero at means now.
 func (m *Machine) FireAt(ev Event, reason string, at time.Time) (Transition, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	from := State(m.fsm.Current())
-	if err := m.fsm.Event(context.Background(), string(ev)); err != nil {
+	from := m.state
+	to := compiled()[from][ev]
+	if to == "" {
 		return Transition{}, m.refusal(from, ev)
 	}
 	if at.IsZero() {
 		at = m.now()
 	}
-	t := Transition{From: from, To: State(m.fsm.Current()), Event: ev, At: at, Reason: reason}
+	m.state = to
+	t := Transition{From: from, To: to, Event: ev, At: at, Reason: reason}
 	m.history = append(m.history, t)
 	return t, nil
 }

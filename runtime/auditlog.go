@@ -21,11 +21,14 @@ type eventExtras struct {
 // auditEvents builds the audit events (RFC-0001 8.1) of the transitions
 // hist[from:] of the attempt rec, records their ids in rec, and returns
 // them for the store to append in the same update as rec. start is when the
-// attempt began; info describes its failure, if any; dec is the capability
-// decision, recorded on the AUTHORIZED or DENIED event. Each event's id and
+// attempt began; info describes its failure, if any; x is what the events
+// carry besides the record (see eventExtras). Each event's id and
 // hash go to sp, when the attempt is traced.
 func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transition, from int, start time.Time, info *ErrorInfo, x eventExtras, sp *attemptSpans) []txn.AuditEvent {
 	out := make([]txn.AuditEvent, 0, len(hist)-from)
+	// The events are encoded into one buffer, each then sliced from it.
+	buf := make([]byte, 0, 480*(len(hist)-from))
+	ends := make([]int, 0, len(hist)-from)
 	for i, t := range hist[from:] {
 		e := audit.Event{
 			EventID:      ids.Ordered(),
@@ -54,10 +57,17 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 			e.Decision = x.decision
 		}
 		e.IdempotencyKey, e.IdempotencyBypass = x.idemKey, x.bypass
-		data := e.AppendJSON(make([]byte, 0, 512))
+		at := len(buf)
+		buf = e.AppendJSON(buf)
+		ends = append(ends, len(buf))
 		rec.AuditEvents = append(rec.AuditEvents, e.EventID)
-		sp.event(from+i, e.EventID, data)
-		out = append(out, txn.AuditEvent{Data: data})
+		sp.event(from+i, e.EventID, buf[at:])
+	}
+	prev := 0
+	for _, end := range ends {
+		// AppendJSON writes one JSON value: the store need not check it.
+		out = append(out, txn.AuditEvent{Data: buf[prev:end:end], Checked: true})
+		prev = end
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package txn_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -103,5 +104,44 @@ func TestStore_AuditRaw(t *testing.T) {
 	defer ro.Close()
 	if keys2, values2 := raw(ro); len(keys2) != 4 || !bytes.Equal(values2[2], values[2]) {
 		t.Fatalf("read-only: %d keys", len(keys2))
+	}
+}
+
+// Events that are not one JSON value without whitespace around it are
+// refused before anything is written; Checked skips only the JSON check,
+// and checked events are chained like any other.
+func TestStore_AuditEventChecks(t *testing.T) {
+	s := openStoreAt(t, filepath.Join(t.TempDir(), "toolgate.db"))
+	ctx := context.Background()
+	for i, ev := range []txn.AuditEvent{
+		{Data: []byte(`{"a":`)},
+		{Data: nil},
+		{Data: nil, Checked: true},
+		{Data: []byte(` {"a":1}`)},
+		{Data: []byte("{\"a\":1}\n"), Checked: true},
+	} {
+		rec := newRecord(fmt.Sprintf("bad-%d", i), "t", "FAILED")
+		if err := s.Put(ctx, rec, ev); !errors.Is(err, txn.ErrInvalidRecord) {
+			t.Errorf("event %d (%q, checked %v): Put = %v, want ErrInvalidRecord", i, ev.Data, ev.Checked, err)
+		}
+		if _, err := s.Get(ctx, rec.ExecutionID); err == nil {
+			t.Errorf("event %d: the record was written", i)
+		}
+	}
+	events := []txn.AuditEvent{{Data: []byte(`{"n":1}`), Checked: true}, {Data: []byte(`{"n":2}`)}}
+	if err := s.Put(ctx, newRecord("ok", "t", "FAILED"), events...); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := s.AuditLog(ctx, 1, 0)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("AuditLog = %d entries, %v", len(entries), err)
+	}
+	var link [32]byte
+	for i, e := range entries {
+		sum := sha256.Sum256(events[i].Data)
+		link = sha256.Sum256(append(link[:], sum[:]...))
+		if e.Hash != hex.EncodeToString(link[:]) || string(e.Event) != string(events[i].Data) {
+			t.Errorf("entry %d = %+v, want hash %x over %s", i, e, link, events[i].Data)
+		}
 	}
 }

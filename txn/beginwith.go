@@ -15,11 +15,13 @@ import (
 // executions can never both claim it. Like UpdateState's function, guard
 // may run more than once and must have no effect but through the view.
 func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateView) error, events ...AuditEvent) (*Tx, error) {
-	data, err := encodeRecord(rec)
+	buf, data, err := encodeRecordBuf(rec)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	defer putBuf(buf) // write returns once the update has ended
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return nil, err
 	}
 	id := []byte(rec.ExecutionID)
@@ -28,11 +30,12 @@ func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateVie
 		if err := recordAbsent(tx, id); err != nil {
 			return err
 		}
-		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
 		if guard == nil {
+			v = nil
 			return nil
 		}
-		return guard(v)
+		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
+		return guard(v) // an error fails this claim alone, not its batch
 	}, func(tx *bolt.Tx) error {
 		if err := s.failpoint(StepClaim); err != nil {
 			return err
@@ -40,10 +43,12 @@ func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateVie
 		if err := tx.Bucket(bucketExecuting).Put(id, data); err != nil {
 			return fmt.Errorf("txn: claim execution %q: %w", id, err)
 		}
-		if err := applyWrites(tx, v.writes, s.failpoint); err != nil {
-			return err
+		if v != nil {
+			if err := applyWrites(tx, v.writes, s.failpoint); err != nil {
+				return err
+			}
 		}
-		return s.audit(tx, events)
+		return s.audit(tx, evs)
 	})
 	if err != nil {
 		return nil, err

@@ -51,14 +51,18 @@
 // given in the same update. [AuditEntry] numbers them without gaps and links
 // each to the one before with SHA-256; no method updates or deletes one.
 //
-// # Storage layout (format version 2)
+// # Storage layout (format version 3)
 //
 //   - meta: the format version under key "format" (8-byte big-endian).
-//   - executing: execution id -> JSON Record of an attempt in EXECUTING.
-//   - executions: execution id -> JSON Record of a finished attempt.
+//   - executing: execution id -> Record of an attempt in EXECUTING.
+//   - executions: execution id -> Record of a finished attempt.
 //   - state: one nested bucket per namespace, key -> value.
 //   - audit: 8-byte big-endian sequence of a write's first event -> JSON
 //     array of its entries; key 0xff -> last sequence and hash.
+//
+// Records are stored in a compact binary form, about half the size of their
+// JSON (see [EncodeRecord]); they read back as the value their JSON form
+// reads back as.
 //
 // # Errors
 //

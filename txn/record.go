@@ -85,21 +85,35 @@ func (r *Record) validate() error {
 
 // encodeRecord validates r and returns its stored form.
 func encodeRecord(r *Record) ([]byte, error) {
+	p, data, err := encodeRecordBuf(r)
+	if p != nil {
+		data = append([]byte(nil), data...)
+		putBuf(p)
+	}
+	return data, err
+}
+
+// encodeRecordBuf is encodeRecord into a pooled buffer, which the caller
+// returns with putBuf(p) once the update that stored data has ended.
+func encodeRecordBuf(r *Record) (p *[]byte, data []byte, err error) {
 	if err := r.validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), r)
+	p = getBuf(1024)
+	data, err = appendRecord(*p, r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: execution %q: %v", ErrInvalidRecord, r.ExecutionID, err)
+		putBuf(p)
+		return nil, nil, fmt.Errorf("%w: execution %q: %v", ErrInvalidRecord, r.ExecutionID, err)
 	}
-	return data, nil
+	*p = data
+	return p, data, nil
 }
 
 // decodeRecord decodes a stored record. The result does not alias data.
 func decodeRecord(id string, data []byte) (*Record, error) {
-	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
+	r, err := parseRecord(data)
+	if err != nil {
 		return nil, fmt.Errorf("%w: execution %q: %v", ErrCorrupt, id, err)
 	}
-	return &r, nil
+	return r, nil
 }

@@ -51,10 +51,11 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 			if err := finishRecord(tx, id, out); err != nil {
 				return err
 			}
-			if err := checkAuditEvents(events); err != nil {
+			evs, err := prepareAudit(events)
+			if err != nil {
 				return err
 			}
-			if err := appendAudit(tx, events); err != nil {
+			if err := s.appendAudit(tx, evs); err != nil {
 				return err
 			}
 			done = append(done, rec)

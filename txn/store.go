@@ -26,7 +26,8 @@ const DefaultTimeout = time.Second
 //
 // 2: claims hold their record in the executing bucket, audit events are
 // stored in groups with the chain head in the audit bucket, no exec_index.
-const formatVersion uint64 = 2
+// 3: records are stored in a compact binary form (see encode.go), not JSON.
+const formatVersion uint64 = 3
 
 var (
 	bucketMeta       = []byte("meta")
@@ -79,6 +80,7 @@ type Store struct {
 	wmu     sync.Mutex     // guards queue and leading
 	queue   []*writeReq    // writes waiting for the next batch
 	leading bool           // a writer is committing a batch
+	used    []*[]byte      // pooled buffers of the update in progress; only the leader touches it
 	writers sync.WaitGroup // writes in progress; Close waits for them
 }
 
@@ -117,6 +119,10 @@ func Open(path string, opts *Options) (*Store, error) {
 		// Do not persist the freelist: bbolt rebuilds it by scanning the file
 		// at open, and every commit writes fewer pages.
 		NoFreelistSync: true,
+		// Without fsync on commit, an fsync when the file grows (every
+		// 16 MiB) protects nothing and stalls the writer for the whole
+		// page cache's flush.
+		NoGrowSync: opts.NoSync,
 	})
 	if err != nil {
 		return nil, openError(path, err)
@@ -233,11 +239,13 @@ func (s *Store) Path() string { return s.path }
 //
 // The audit events are appended in the same update.
 func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) error {
-	data, err := encodeRecord(rec)
+	buf, data, err := encodeRecordBuf(rec)
 	if err != nil {
 		return err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	defer putBuf(buf) // write returns once the update has ended
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return err
 	}
 	id := []byte(rec.ExecutionID)
@@ -246,16 +254,16 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 			if err := insertRecord(tx, id, data); err != nil {
 				return err
 			}
-			return s.audit(tx, events)
+			return s.audit(tx, evs)
 		})
 }
 
 // audit appends events inside an update, behind a failpoint.
-func (s *Store) audit(tx *bolt.Tx, events []AuditEvent) error {
+func (s *Store) audit(tx *bolt.Tx, events []auditEvent) error {
 	if err := s.failpoint(StepAudit); err != nil {
 		return err
 	}
-	return appendAudit(tx, events)
+	return s.appendAudit(tx, events)
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.
@@ -392,28 +400,7 @@ func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][
 // The audit events (of the transitions up to EXECUTING) are appended in the
 // same update.
 func (s *Store) Begin(ctx context.Context, rec *Record, events ...AuditEvent) (*Tx, error) {
-	data, err := encodeRecord(rec)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkAuditEvents(events); err != nil {
-		return nil, err
-	}
-	id := []byte(rec.ExecutionID)
-	err = s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
-		func(tx *bolt.Tx) error {
-			if err := s.failpoint(StepClaim); err != nil {
-				return err
-			}
-			if err := tx.Bucket(bucketExecuting).Put(id, data); err != nil {
-				return fmt.Errorf("txn: claim execution %q: %w", id, err)
-			}
-			return s.audit(tx, events)
-		})
-	if err != nil {
-		return nil, err
-	}
-	return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op)}, nil
+	return s.BeginWith(ctx, rec, nil, events...)
 }
 
 // view runs fn in one bbolt read transaction, after checking that the store

@@ -239,11 +239,13 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	if t.done {
 		return ErrTxDone
 	}
-	summary, data, err := t.seal(final, true)
+	summary, buf, data, err := t.seal(final, true)
 	if err != nil {
 		return err
 	}
-	if err := checkAuditEvents(events); err != nil {
+	defer putBuf(buf) // write returns once the update has ended
+	evs, err := prepareAudit(events)
+	if err != nil {
 		return err
 	}
 	s, id := t.store, []byte(t.id)
@@ -265,7 +267,7 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		if err := finishRecord(tx, id, data); err != nil {
 			return err
 		}
-		return s.audit(tx, events)
+		return s.audit(tx, evs)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -293,10 +295,12 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 	if t.done {
 		return ErrTxDone
 	}
-	summary, data, err := t.seal(final, false)
+	summary, buf, data, err := t.seal(final, false)
+	defer putBuf(buf) // write returns once the update has ended; nil is ignored
 	t.end()
+	var evs []auditEvent
 	if err == nil {
-		err = checkAuditEvents(events)
+		evs, err = prepareAudit(events)
 	}
 	if err != nil {
 		return err
@@ -307,7 +311,7 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 			if err := finishRecord(tx, id, data); err != nil {
 				return err
 			}
-			return t.store.audit(tx, events)
+			return t.store.audit(tx, evs)
 		})
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
@@ -318,21 +322,24 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 
 // seal validates final and encodes it with the summary of the write-set.
 // final itself is not modified. t.mu must be held.
-func (t *Tx) seal(final *Record, committed bool) (*WriteSetSummary, []byte, error) {
+//
+// data is in the pooled buffer buf, which the caller returns with putBuf
+// once the update that stored data has ended.
+func (t *Tx) seal(final *Record, committed bool) (summary *WriteSetSummary, buf *[]byte, data []byte, err error) {
 	if final != nil && final.ExecutionID != t.id {
-		return nil, nil, fmt.Errorf("%w: final record is for execution %q, transaction for %q",
+		return nil, nil, nil, fmt.Errorf("%w: final record is for execution %q, transaction for %q",
 			ErrInvalidRecord, final.ExecutionID, t.id)
 	}
 	if err := final.validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rec := *final
 	rec.WriteSet = t.summary(committed)
-	data, err := encodeRecord(&rec)
+	buf, data, err = encodeRecordBuf(&rec)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return rec.WriteSet, data, nil
+	return rec.WriteSet, buf, data, nil
 }
 
 // summary describes the buffered write-set. t.mu must be held.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -71,13 +72,20 @@ func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) er
 	s.commitBatch(batch) // answers every request, r included
 
 	s.wmu.Lock()
-	if len(s.queue) > 0 {
+	handedOff := len(s.queue) > 0
+	if handedOff {
 		s.queue[0].done <- errLead
 	} else {
 		s.leading = false
 		s.queue = nil
 	}
 	s.wmu.Unlock()
+	if handedOff {
+		// Let the next leader run now: under load every processor is busy,
+		// and the scheduler would otherwise leave it waiting until this
+		// goroutine blocks or is preempted, with the writer idle meanwhile.
+		goruntime.Gosched()
+	}
 	return <-r.done
 }
 
@@ -107,6 +115,7 @@ func (s *Store) commitBatch(batch []*writeReq) {
 			failed = -1
 			return s.failpoint(StepCommit)
 		})
+		s.release() // bbolt has copied the values into its pages, or dropped them
 		var p *panicError
 		if errors.As(err, &p) && failed >= 0 {
 			failErr = p // the request that panicked fails alone, like a failed apply
@@ -136,6 +145,15 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		}
 		return
 	}
+}
+
+// release returns the pooled buffers of the update that has just ended.
+func (s *Store) release() {
+	for i, p := range s.used {
+		putBuf(p)
+		s.used[i] = nil
+	}
+	s.used = s.used[:0]
 }
 
 // panicError is a panic recovered from a bbolt update.

@@ -334,16 +334,17 @@ type layout struct {
 	claimAudit, commitAudit []byte
 }
 
-// records runs one invocation through a runtime and returns the encoded
+// records runs one invocation through a runtime and returns the stored
 // records the floor writes, the EXECUTING claim and the terminal record, and
 // the layout the runtime stored them in.
 //
-// The terminal record is the stored record, read back and re-encoded: the
-// same bytes the runtime wrote. The claim is derived from it as the runtime
-// built it before the tool ran: state EXECUTING, the transitions up to and
-// including the one into EXECUTING, and no output, write-set or end time.
-// Timestamps differ from one invocation to the next, so sizes may differ by
-// a few bytes from a given invocation's.
+// The terminal record is the stored record, copied from the probe's
+// database: the same bytes the runtime wrote. The claim is derived from it
+// as the runtime built it before the tool ran (state EXECUTING, the
+// transitions up to and including the one into EXECUTING, and no output,
+// write-set or end time) and encoded as package txn stores it. Timestamps
+// differ from one invocation to the next, so sizes may differ by a few bytes
+// from a given invocation's.
 func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	rt, err := b.openRuntime("probe", 1)
 	if err != nil {
@@ -358,16 +359,13 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	if err != nil {
 		return nil, nil, lay, fmt.Errorf("bench: reading the record back: %w", err)
 	}
-	if final, err = json.Marshal(rec); err != nil {
-		return nil, nil, lay, fmt.Errorf("bench: encoding the record: %w", err)
-	}
 	c := *rec
 	c.State = string(lifecycle.Executing)
 	if i := slices.IndexFunc(c.Transitions, func(t txn.Transition) bool { return t.To == string(lifecycle.Executing) }); i >= 0 {
 		c.Transitions = c.Transitions[:i+1]
 	}
 	c.Output, c.OutputHash, c.WriteSet, c.EndedAt = nil, "", nil, time.Time{}
-	if claim, err = json.Marshal(&c); err != nil {
+	if claim, err = txn.EncodeRecord(&c); err != nil {
 		return nil, nil, lay, fmt.Errorf("bench: encoding the record: %w", err)
 	}
 	if err := rt.Close(context.Background()); err != nil {
@@ -382,7 +380,7 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	}
 	defer db.Close()
 	err = db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketExecutions).Get([]byte(id)) == nil {
+		if final = bytes.Clone(tx.Bucket(bucketExecutions).Get([]byte(id))); final == nil {
 			return fmt.Errorf("bench: the probe's record is not in the %q bucket; the storage layout changed", bucketExecutions)
 		}
 		if log := tx.Bucket(bucketAudit); log != nil {
@@ -450,6 +448,7 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 		// As package txn opens its database.
 		FreelistType:   bolt.FreelistMapType,
 		NoFreelistSync: true,
+		NoGrowSync:     !b.opts.Sync,
 	})
 	if err != nil {
 		return Phase{}, fmt.Errorf("bench: floor database: %w", err)
