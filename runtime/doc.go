@@ -82,6 +82,23 @@
 // The result's error code, the audit event's error and the span's
 // error.type name the limit that was hit.
 //
+// # Intents and idempotency keys
+//
+// [Runtime.Propose] stores an exact invocation for a human to approve
+// ([Runtime.Approve], [Runtime.Reject]); [Runtime.Execute] with
+// [Invocation.IntentID] and [Invocation.IntentHash] runs it at most once:
+// the intent is marked executed in the same update that claims the
+// attempt, and is never retried. An intent interrupted by a crash counts as
+// executed and refuses to run again: a person decides. Every refusal is an
+// [IntentError] and is kept in the intent's history.
+//
+// [Invocation.IdempotencyKey] (per principal and tool) returns the stored
+// result of the key's first call, failures included, for the same
+// canonical request within [Options.IdempotencyTTL], marked
+// [Result.Replayed]; a different request with the key is an
+// [IdempotencyError]. A replayed failure returns a [ReplayedError] of the
+// original class.
+//
 // # Records, audit events and recovery
 //
 // Every attempt is recorded with each transition and its time; every
