@@ -145,6 +145,10 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 	}
 }
 
+// Err returns why the runtime refuses work, or nil: its store was poisoned
+// by a failed commit (reopen to recover).
+func (r *Runtime) Err() error { return r.store.Err() }
+
 // Registry returns the runtime's (frozen) registry.
 func (r *Runtime) Registry() *tools.Registry { return r.reg }
 

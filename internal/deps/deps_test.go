@@ -18,9 +18,11 @@ const module = "github.com/toolgate/toolgate"
 // decision to write down.
 //
 // The shape (DESIGN.md): leaf packages never import each other except
-// tools -> capability; only runtime touches the OpenTelemetry API; nothing
-// imports runtime except the CLI (and internal/bench, the engine of its
-// bench command); only the CLI may use the OTel SDK.
+// tools -> capability; only runtime (and the HTTP boundary, the client)
+// touches the OpenTelemetry API; nothing imports runtime except the CLI and
+// its engines (internal/bench for the bench command, internal/server for
+// serve); only the CLI may use the OTel SDK; the client package imports
+// nothing of the module.
 var policy = map[string][]string{
 	"lifecycle":          {"github.com/looplab/fsm"},
 	"capability":         {"internal/uuid"},
@@ -33,7 +35,9 @@ var policy = map[string][]string{
 	"internal/deps":      {},
 	"internal/docscheck": {},
 	"internal/bench":     {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
-	"internal/cli":       {"runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"internal/server":    {"runtime", "lifecycle", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
+	"client":             {"go.opentelemetry.io/otel"},
+	"internal/cli":       {"internal/server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":       {"internal/cli"},
 }
 
@@ -140,7 +144,7 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 		}
 	}
 	for pkg, deps := range policy {
-		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && !strings.HasPrefix(pkg, "cmd/") {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "internal/server" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
 	}

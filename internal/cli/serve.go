@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/internal/server"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+)
+
+func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		addr, config string
+		remote       bool
+		hashToken    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve tools over HTTP: the one execution boundary for remote callers",
+		Long: `Serve the runtime over HTTP on --addr (loopback by default; another address
+needs --allow-remote). Callers authenticate with bearer tokens that the
+config file (--config) maps to principals; a principal's capabilities come
+from the policy (--policy), never from the caller.
+
+  POST /v1/tools/{name}/execute   {"input": ..., "version": "...", "callId": "..."}
+                                  headers: Authorization, Idempotency-Key, traceparent
+  GET  /v1/tools, /v1/tools/{name}, /v1/executions/{id}
+  POST /v1/intents, /v1/intents/{id}/approve (approver tokens only)
+  GET  /healthz, /readyz
+
+Statuses: 200 COMPLETED or a tool-level failure in the result; 400 malformed;
+401 no or bad token; 403 DENIED; 404 unknown tool or version; 409 idempotency
+key in flight; 413 body too large; 415 not JSON; 422 idempotency key reused
+with another request, or input failing the schema; 429 rate limited
+(Retry-After); 503 busy, shutting down or store unavailable. Errors are
+RFC 9457 problem documents.
+
+SIGINT or SIGTERM: stop accepting, let running invocations finish within the
+grace period, abort the rest (recorded ABORTED, ROLLED_BACK), close the store.
+
+'toolgate serve --hash-token' reads a token on stdin and prints the SHA-256
+the config file stores for it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if hashToken {
+				line, err := bufio.NewReader(stdio.In).ReadString('\n')
+				tok := strings.TrimRight(line, "\r\n")
+				if tok == "" {
+					return usageErr("--hash-token: no token on stdin (%v)", err)
+				}
+				fmt.Fprintln(stdio.Out, server.HashToken(tok))
+				return nil
+			}
+			if config == "" {
+				return usageErr("--config FILE is required: it maps tokens to principals (see 'toolgate serve --help')")
+			}
+			cfg, err := server.LoadConfig(config)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if !server.IsLoopback(addr) && !remote {
+				return usageErr("--addr %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
+			}
+			policy, perr := g.policy()
+			if perr != nil {
+				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			}
+			tel := startTelemetry(cmd.Context(), stdio.Err)
+			defer tel.shutdown()
+			opts := &tgruntime.Options{Policy: policy}
+			tel.configure(opts)
+			rt, err := g.open(opts)
+			if err != nil {
+				return err
+			}
+			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider})
+			if err != nil {
+				rt.Close(cmd.Context())
+				return usageErr("%v", err)
+			}
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				rt.Close(cmd.Context())
+				return internalErr(err)
+			}
+			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
+			if err := srv.Serve(cmd.Context(), l); err != nil && !errors.Is(err, net.ErrClosed) {
+				return internalErr(err)
+			}
+			fmt.Fprintln(stdio.Err, "toolgate: stopped")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback unless --allow-remote)")
+	cmd.Flags().StringVar(&config, "config", "", "server config file: tokens, rate limits, limits")
+	cmd.Flags().BoolVar(&remote, "allow-remote", false, "allow a listen address beyond loopback")
+	cmd.Flags().BoolVar(&hashToken, "hash-token", false, "print the SHA-256 of a token read from stdin, for the config file")
+	return cmd
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/server"
+)
+
+func TestServe_Refusals(t *testing.T) {
+	dir := workdir(t)
+	if r := toolgate(t, "", "serve"); r.code != ExitUsage || !strings.Contains(r.stderr, "--config") {
+		t.Errorf("no config: %d %s", r.code, r.stderr)
+	}
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	if r := toolgate(t, "", "serve", "--config", cfg, "--addr", "0.0.0.0:0"); r.code != ExitUsage || !strings.Contains(r.stderr, "--allow-remote") {
+		t.Errorf("a public address without --allow-remote: %d %s", r.code, r.stderr)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	must(t, os.WriteFile(bad, []byte(`{"tokens":[{"principal":"agent","sha256":"tok"}]}`), 0o600))
+	if r := toolgate(t, "", "serve", "--config", bad); r.code != ExitUsage || !strings.Contains(r.stderr, "64 hex") {
+		t.Errorf("a clear token in the config: %d %s", r.code, r.stderr)
+	}
+	if r := toolgate(t, "tok\n", "serve", "--hash-token"); r.code != 0 || strings.TrimSpace(r.stdout) != server.HashToken("tok") {
+		t.Errorf("--hash-token: %d %q", r.code, r.stdout)
+	}
+}
+
+// toolgate serve runs, answers a client under the policy, and stops
+// cleanly when its context ends (as on SIGINT).
+func TestServe_RunsAndStops(t *testing.T) {
+	dir := workdir(t)
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{"agent":["filesystem.read:`+dir+`"]}}`), 0o600))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--config", cfg, "--policy", policy, "--addr", addr}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	c, err := client.New("http://"+addr, "tok", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res *client.Result
+	for range 100 {
+		if res, err = c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the server is starting
+	}
+	if err != nil || !strings.Contains(string(res.Output), "hello") {
+		t.Fatalf("execute through serve: %v\n%s", err, errb.String())
+	}
+	if _, err := c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"/etc/hostname"}`)}); err == nil {
+		t.Error("read outside the policy's grant")
+	}
+	stop()
+	select {
+	case code := <-done:
+		if code != 0 || !regexp.MustCompile(`serving on http://`).MatchString(errb.String()) || !strings.Contains(errb.String(), "stopped") {
+			t.Fatalf("exit %d\n%s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if r := toolgate(t, "", "executions", "--json"); !strings.Contains(r.stdout, "COMPLETED") {
+		t.Errorf("the served invocations are not in the database:\n%s", r.stdout)
+	}
+
+}

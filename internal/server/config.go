@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the server's configuration file (JSON):
+//
+//	{
+//	  "tokens": [
+//	    {"principal": "agent-1", "sha256": "<hex SHA-256 of the token>"},
+//	    {"principal": "alice",   "sha256": "<...>", "approver": true}
+//	  ],
+//	  "rateLimits": {"perPrincipal": {"perSecond": 50, "burst": 100},
+//	                 "perTool":      {"perSecond": 200, "burst": 400}},
+//	  "maxConcurrent": 64,
+//	  "maxBodyBytes": 5242880
+//	}
+//
+// Tokens are stored as their SHA-256, never in clear: `toolgate serve
+// --hash-token` prints the hash of a token read from stdin.
+type Config struct {
+	Tokens        []TokenConfig `json:"tokens"`
+	RateLimits    RateLimits    `json:"rateLimits"`
+	MaxConcurrent int           `json:"maxConcurrent"` // executions at once; default 64
+	MaxBodyBytes  int64         `json:"maxBodyBytes"`  // default 5 MiB
+	ReadTimeout   Duration      `json:"readTimeout"`   // default 10s
+	WriteTimeout  Duration      `json:"writeTimeout"`  // default 5m (an execution's answer)
+	IdleTimeout   Duration      `json:"idleTimeout"`   // default 60s
+	GracePeriod   Duration      `json:"gracePeriod"`   // default 10s
+}
+
+// TokenConfig maps one bearer token to a principal.
+type TokenConfig struct {
+	Principal string `json:"principal"`
+	SHA256    string `json:"sha256"`   // hex SHA-256 of the token
+	Approver  bool   `json:"approver"` // may approve intents
+}
+
+// RateLimits are token buckets per principal and per tool; zero means no
+// limit.
+type RateLimits struct {
+	PerPrincipal Rate `json:"perPrincipal"`
+	PerTool      Rate `json:"perTool"`
+}
+
+// Rate is a token bucket.
+type Rate struct {
+	PerSecond float64 `json:"perSecond"`
+	Burst     int     `json:"burst"`
+}
+
+// Duration is a time.Duration written as a string such as "10s".
+type Duration time.Duration
+
+// UnmarshalJSON parses "10s", "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"10s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q is not a duration such as \"10s\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the string form.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// LoadConfig reads and checks a configuration file. Unknown fields, a
+// token hash that is not 64 hex digits, a duplicate hash and an empty
+// principal are errors.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	var c Config
+	if err := d.Decode(&c); err != nil {
+		return nil, fmt.Errorf("server config %s: %w", path, err)
+	}
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("server config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) check() error {
+	seen := map[string]bool{}
+	for i, t := range c.Tokens {
+		h := strings.ToLower(t.SHA256)
+		if _, err := hex.DecodeString(h); err != nil || len(h) != 64 {
+			return fmt.Errorf("tokens[%d]: sha256 must be 64 hex digits (the SHA-256 of the token, never the token)", i)
+		}
+		if strings.TrimSpace(t.Principal) == "" {
+			return fmt.Errorf("tokens[%d]: empty principal", i)
+		}
+		if seen[h] {
+			return fmt.Errorf("tokens[%d]: the same token is listed twice", i)
+		}
+		seen[h] = true
+		c.Tokens[i].SHA256 = h
+	}
+	for name, r := range map[string]Rate{"perPrincipal": c.RateLimits.PerPrincipal, "perTool": c.RateLimits.PerTool} {
+		if r.PerSecond < 0 || r.Burst < 0 || (r.PerSecond > 0 && r.Burst == 0) {
+			return fmt.Errorf("rateLimits.%s: perSecond and burst must be positive together (or both zero: no limit)", name)
+		}
+	}
+	if c.MaxConcurrent < 0 || c.MaxBodyBytes < 0 {
+		return errors.New("maxConcurrent and maxBodyBytes must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) fill() {
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 64
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 5 << 20
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = Duration(10 * time.Second)
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = Duration(5 * time.Minute)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(time.Minute)
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = Duration(10 * time.Second)
+	}
+}
+
+// HashToken returns the hex SHA-256 of a token, as the config stores it.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// authenticate finds the principal of a bearer token, comparing its hash
+// with every configured one in constant time (no early exit).
+func (c *Config) authenticate(token string) (TokenConfig, bool) {
+	sum := sha256.Sum256([]byte(token))
+	got := []byte(hex.EncodeToString(sum[:]))
+	var found TokenConfig
+	ok := 0
+	for _, t := range c.Tokens {
+		eq := subtle.ConstantTimeCompare(got, []byte(t.SHA256))
+		if eq == 1 {
+			found = t
+		}
+		ok |= eq
+	}
+	return found, ok == 1
+}

@@ -1,0 +1,532 @@
+// Package server is toolgate's one HTTP execution boundary: remote callers
+// run tools through it, authenticated by bearer tokens that map to
+// principals, under the runtime's policy, rate limits and a cap on
+// concurrent executions. Every answer that is not a result is an RFC 9457
+// problem document; nothing a caller sends can make it print a stack.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
+
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// Server serves the runtime over HTTP.
+type Server struct {
+	rt    *tgruntime.Runtime
+	cfg   Config
+	slots chan struct{}
+
+	mu         sync.Mutex
+	principals map[string]*rate.Limiter
+	tools      map[string]*rate.Limiter
+	closing    bool
+
+	handler http.Handler
+}
+
+// Options are the server's telemetry providers (nil: none).
+type Options struct {
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+}
+
+// New returns a server for rt with cfg (copied; defaults filled).
+func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+		c.Tokens = append([]TokenConfig(nil), cfg.Tokens...)
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.fill()
+	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent),
+		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tools/{name}/execute", s.auth(s.execute))
+	mux.HandleFunc("POST /tools/{name}/execute", s.auth(s.execute))
+	mux.HandleFunc("GET /v1/tools", s.auth(s.listTools))
+	mux.HandleFunc("GET /v1/tools/{name}", s.auth(s.getTool))
+	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.getExecution))
+	mux.HandleFunc("POST /v1/intents", s.auth(s.propose))
+	mux.HandleFunc("POST /v1/intents/{id}/approve", s.auth(s.approve))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "not-found", "No such endpoint", r.Method+" "+r.URL.Path+" is not an endpoint of this server", nil)
+	})
+	// W3C trace context, whatever the global propagator is: a caller's
+	// traceparent makes the server span its child.
+	hopts := []otelhttp.Option{otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))}
+	if opts != nil && opts.TracerProvider != nil {
+		hopts = append(hopts, otelhttp.WithTracerProvider(opts.TracerProvider))
+	}
+	if opts != nil && opts.MeterProvider != nil {
+		hopts = append(hopts, otelhttp.WithMeterProvider(opts.MeterProvider))
+	}
+	hopts = append(hopts, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		if r.Pattern != "" {
+			return r.Pattern // "POST /v1/tools/{name}/execute": low cardinality
+		}
+		return r.Method
+	}))
+	s.handler = otelhttp.NewHandler(recoverer(mux), "toolgate", hopts...)
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// HTTPServer returns an http.Server for addr with the configured timeouts.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s.handler,
+		ReadHeaderTimeout: time.Duration(s.cfg.ReadTimeout),
+		ReadTimeout:       time.Duration(s.cfg.ReadTimeout),
+		WriteTimeout:      time.Duration(s.cfg.WriteTimeout),
+		IdleTimeout:       time.Duration(s.cfg.IdleTimeout),
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// Serve serves on l until ctx ends, then shuts down gracefully: it stops
+// accepting, lets running invocations finish within the grace period,
+// aborts the rest (recorded ABORTED then ROLLED_BACK) and closes the
+// runtime. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	hs := s.HTTPServer(l.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		s.rt.Close(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	return s.Shutdown(hs)
+}
+
+// Shutdown stops hs and the runtime as Serve does.
+func (s *Server) Shutdown(hs *http.Server) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod))
+	defer cancel()
+	// Close the runtime alongside: once the grace period ends it aborts the
+	// invocations still running, so their handlers answer and return.
+	closed := make(chan error, 1)
+	go func() { closed <- s.rt.Close(grace) }()
+	err := hs.Shutdown(grace)
+	if err != nil {
+		hs.Close() // past the grace period: drop what is left
+	}
+	if cerr := <-closed; cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
+		return cerr
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil // the rest were aborted and recorded
+	}
+	return err
+}
+
+// IsLoopback reports whether addr (host:port) listens on loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// auth authenticates the bearer token and passes its principal on.
+func (s *Server) auth(h func(http.ResponseWriter, *http.Request, TokenConfig)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get("Authorization")
+		scheme, token, ok := strings.Cut(v, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			problem(w, http.StatusUnauthorized, "unauthorized", "Missing bearer token", "send Authorization: Bearer <token>", nil)
+			return
+		}
+		t, ok := s.cfg.authenticate(token)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate", error="invalid_token"`)
+			problem(w, http.StatusUnauthorized, "unauthorized", "Invalid token", "the bearer token is not known", nil)
+			return
+		}
+		h(w, r, t)
+	}
+}
+
+var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
+
+// executeRequest is the body of POST /v1/tools/{name}/execute.
+type executeRequest struct {
+	Input   json.RawMessage `json:"input"`
+	Version string          `json:"version"`
+	CallID  string          `json:"callId"`
+}
+
+var versionRE = regexp.MustCompile(`^[0-9A-Za-z.+-]{1,64}$`)
+var callIDRE = regexp.MustCompile(`^[0-9A-Za-z._:-]{1,128}$`)
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+	name := r.PathValue("name")
+	if !toolNameRE.MatchString(name) {
+		problem(w, http.StatusBadRequest, "bad-tool-name", "Invalid tool name", "a tool name is lowercase words joined by '.', '_' or '-'", nil)
+		return
+	}
+	var req executeRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	switch {
+	case len(req.Input) == 0 || string(req.Input) == "null":
+		problem(w, http.StatusBadRequest, "bad-request", "No input", `the body needs "input", a JSON value`, nil)
+		return
+	case req.Version != "" && !versionRE.MatchString(req.Version):
+		problem(w, http.StatusBadRequest, "bad-request", "Invalid version", "version must be a semantic version such as 1.0.0", nil)
+		return
+	case req.CallID != "" && !callIDRE.MatchString(req.CallID):
+		problem(w, http.StatusBadRequest, "bad-request", "Invalid callId", "callId is 1 to 128 letters, digits and . _ : -", nil)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		problem(w, http.StatusBadRequest, "bad-request", "Several Idempotency-Key headers", "send one", nil)
+		return
+	}
+	if _, err := s.rt.Registry().Lookup(name, req.Version); err != nil {
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		return
+	}
+	if wait, ok := s.limit(who.Principal, name); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
+		return
+	}
+	inv := tgruntime.Invocation{
+		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
+		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
+	}
+	// A client that disconnects does not cancel the invocation: it runs to
+	// its end (bounded by the tool's limits) and is recorded, so a retry
+	// with the same Idempotency-Key gets the real result.
+	ctx := context.WithoutCancel(r.Context())
+	res, err := s.rt.Execute(ctx, inv)
+	s.answer(w, res, err)
+}
+
+// answer writes an invocation's outcome with the status a client acts on.
+func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error) {
+	var ie *tgruntime.IdempotencyError
+	var se *tgruntime.StateError
+	switch {
+	case errors.As(err, &ie):
+		switch ie.Code {
+		case "idempotency_in_flight":
+			problem(w, http.StatusConflict, "idempotency-in-flight", "Idempotency key in flight", err.Error(), map[string]any{"callId": ie.CallID})
+		case "idempotency_conflict":
+			problem(w, http.StatusUnprocessableEntity, "idempotency-conflict", "Idempotency key reused with a different request", err.Error(), map[string]any{"callId": ie.CallID})
+		default:
+			problem(w, http.StatusBadRequest, "bad-idempotency-key", "Invalid Idempotency-Key", err.Error(), nil)
+		}
+		return
+	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		return
+	case errors.Is(err, tgruntime.ErrClosed):
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
+		return
+	case res == nil && errors.As(err, &se):
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		return
+	case res == nil:
+		problem(w, http.StatusInternalServerError, "internal", "Internal error", "the invocation could not be run; see the server's log", nil)
+		return
+	}
+	ext := map[string]any{"result": res, "executionId": res.ExecutionID, "state": res.State}
+	if res.Error != nil {
+		ext["code"] = res.Error.Code
+	}
+	switch {
+	case res.State == lifecycle.Denied:
+		problem(w, http.StatusForbidden, "denied", "Denied", errorMessage(res), ext)
+	case res.State == lifecycle.Failed:
+		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", errorMessage(res), ext)
+	case res.Error != nil && res.Error.Code == "resource_unavailable":
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "resource-unavailable", "Resource unavailable", errorMessage(res), ext)
+	case res.Error != nil && res.Error.Type == "StateError":
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", errorMessage(res), ext)
+	default:
+		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
+	}
+}
+
+func errorMessage(res *tgruntime.Result) string {
+	if res.Error == nil {
+		return string(res.State)
+	}
+	return strings.TrimPrefix(res.Error.Message, "runtime: ")
+}
+
+// decode reads a JSON body: application/json, within the size limit, one
+// object, no unknown fields.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Content-Type must be application/json", "", nil)
+		return false
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			problem(w, http.StatusRequestEntityTooLarge, "too-large", "Body too large", fmt.Sprintf("the body is limited to %d bytes", s.cfg.MaxBodyBytes), nil)
+			return false
+		}
+		problem(w, http.StatusBadRequest, "bad-request", "Unreadable body", "", nil)
+		return false
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", strings.TrimPrefix(err.Error(), "json: "), nil)
+		return false
+	}
+	if d.More() {
+		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", "data after the JSON object", nil)
+		return false
+	}
+	return true
+}
+
+// limit takes a token from the principal's and the tool's buckets. When
+// either is empty it reports how long to wait, and takes nothing.
+func (s *Server) limit(principal, tool string) (time.Duration, bool) {
+	now := time.Now()
+	var rs []*rate.Reservation
+	for _, b := range []*rate.Limiter{s.limiter(s.principals, principal, s.cfg.RateLimits.PerPrincipal), s.limiter(s.tools, tool, s.cfg.RateLimits.PerTool)} {
+		if b == nil {
+			continue
+		}
+		res := b.ReserveN(now, 1)
+		if d := res.DelayFrom(now); !res.OK() || d > 0 {
+			res.CancelAt(now)
+			for _, taken := range rs {
+				taken.CancelAt(now)
+			}
+			return max(d, time.Second), false
+		}
+		rs = append(rs, res)
+	}
+	return 0, true
+}
+
+func (s *Server) limiter(m map[string]*rate.Limiter, key string, r Rate) *rate.Limiter {
+	if r.PerSecond <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := m[key]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(r.PerSecond), r.Burst)
+		m[key] = l
+	}
+	return l
+}
+
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ TokenConfig) {
+	var out []tools.Declaration
+	for _, e := range s.rt.Registry().Entries() {
+		out = append(out, e.Declaration())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTool(w http.ResponseWriter, r *http.Request, _ TokenConfig) {
+	name := r.PathValue("name")
+	if !toolNameRE.MatchString(name) {
+		problem(w, http.StatusBadRequest, "bad-tool-name", "Invalid tool name", "", nil)
+		return
+	}
+	version := r.URL.Query().Get("version")
+	e, err := s.rt.Registry().Lookup(name, version)
+	if err != nil {
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, e.Declaration())
+}
+
+func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+	rec, err := s.rt.Execution(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, txn.ErrNotFound) || (err == nil && rec.Principal != who.Principal && !who.Approver):
+		// Another principal's execution is not found, rather than forbidden: ids are not an oracle.
+		problem(w, http.StatusNotFound, "execution-not-found", "No such execution", "", nil)
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+	default:
+		writeJSON(w, http.StatusOK, rec)
+	}
+}
+
+// proposeRequest is the body of POST /v1/intents.
+type proposeRequest struct {
+	Tool    string          `json:"tool"`
+	Version string          `json:"version"`
+	Input   json.RawMessage `json:"input"`
+}
+
+func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+	var req proposeRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	if !toolNameRE.MatchString(req.Tool) || (req.Version != "" && !versionRE.MatchString(req.Version)) {
+		problem(w, http.StatusBadRequest, "bad-request", "Invalid tool or version", "", nil)
+		return
+	}
+	in, err := s.rt.Propose(r.Context(), tgruntime.Invocation{Tool: req.Tool, Version: req.Version, Input: req.Input, Principal: who.Principal})
+	var ve *tgruntime.ValidationError
+	switch {
+	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+	case errors.As(err, &ve):
+		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", err.Error(), nil)
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+	default:
+		writeJSON(w, http.StatusCreated, in)
+	}
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+	if !who.Approver {
+		problem(w, http.StatusForbidden, "not-an-approver", "Not an approver", "this token may not approve intents", nil)
+		return
+	}
+	in, err := s.rt.Approve(r.Context(), r.PathValue("id"), who.Principal)
+	var ie *tgruntime.IntentError
+	switch {
+	case errors.As(err, &ie) && ie.Code == "intent_not_found":
+		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", nil)
+	case errors.As(err, &ie) && ie.Code == "intent_malformed":
+		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", err.Error(), nil)
+	case errors.As(err, &ie):
+		problem(w, http.StatusConflict, "intent-decided", "Already decided", err.Error(), nil)
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+	default:
+		writeJSON(w, http.StatusOK, in)
+	}
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "", nil)
+		return
+	}
+	if err := s.rt.Err(); err != nil {
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// problem writes an RFC 9457 problem document.
+func problem(w http.ResponseWriter, status int, typ, title, detail string, ext map[string]any) {
+	p := map[string]any{"type": "https://toolgate.dev/problems/" + typ, "title": title, "status": status}
+	if detail != "" {
+		p["detail"] = detail
+	}
+	for k, v := range ext {
+		p[k] = v
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		b = []byte(`{"title":"Internal error","status":500}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "internal", "Internal error", "", nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// recoverer turns a panic in a handler into a 500 problem, never a stack
+// on the wire.
+func recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				problem(w, http.StatusInternalServerError, "internal", "Internal error", "", nil)
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,595 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/server"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+const msgSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {"msg": {"type": "string", "description": "a message", "maxLength": 64}},
+  "required": ["msg"],
+  "additionalProperties": false
+}`
+
+type msg struct {
+	Msg string `json:"msg"`
+}
+
+// gate blocks test.block until released; each call announces itself.
+type gate struct {
+	started chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gate { return &gate{started: make(chan string, 64), release: make(chan struct{})} }
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+func testTools(g *gate) []tools.Tool {
+	decl := func(id string) tools.Declaration {
+		return tools.Declaration{
+			ID: id, Version: "1.0.0", Name: id, Description: "test tool " + id,
+			InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+			RequiredCapabilities: []capability.Capability{capability.MustParse("state.write:test")},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 30 * time.Second},
+		}
+	}
+	return []tools.Tool{
+		tools.NewTyped(decl("test.echo"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			return in, env.State.Put("test", in.Msg, []byte(in.Msg))
+		}),
+		tools.NewTyped(decl("test.fail"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			return msg{}, errors.New("boom")
+		}),
+		tools.NewTyped(decl("test.block"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			g.started <- in.Msg
+			<-g.release
+			return in, env.State.Put("test", in.Msg, []byte(in.Msg))
+		}),
+	}
+}
+
+const (
+	agentToken    = "agent-secret-token"
+	nobodyToken   = "nobody-secret-token"
+	approverToken = "alice-secret-token"
+)
+
+func testConfig() *server.Config {
+	return &server.Config{Tokens: []server.TokenConfig{
+		{Principal: "agent", SHA256: server.HashToken(agentToken)},
+		{Principal: "nobody", SHA256: server.HashToken(nobodyToken)},
+		{Principal: "alice", SHA256: server.HashToken(approverToken), Approver: true},
+	}}
+}
+
+type fixture struct {
+	rt   *tgruntime.Runtime
+	srv  *server.Server
+	http *httptest.Server
+	gate *gate
+	path string
+}
+
+func newFixture(t *testing.T, cfg *server.Config, opts *server.Options) *fixture {
+	t.Helper()
+	return newFixtureWith(t, cfg, opts, true)
+}
+
+// newFixtureWith is newFixture with the runtime's commits synced or not.
+func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSync bool) *fixture {
+	t.Helper()
+	g := newGate()
+	t.Cleanup(g.open)
+	reg := tools.NewRegistry()
+	for _, tl := range testTools(g) {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy, err := capability.NewPolicy(map[string][]capability.Capability{
+		"agent": {capability.MustParse("state.write:test")},
+		"alice": {capability.MustParse("state.write:test")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	ropts := &tgruntime.Options{Registry: reg, Policy: policy, NoSync: noSync}
+	if opts != nil {
+		ropts.TracerProvider = opts.TracerProvider
+	}
+	rt, err := tgruntime.Open(path, ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg == nil {
+		cfg = testConfig()
+	}
+	srv, err := server.New(rt, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		g.open()
+		hs.Close()
+		rt.Close(context.Background())
+	})
+	return &fixture{rt: rt, srv: srv, http: hs, gate: g, path: path}
+}
+
+func (f *fixture) client(t *testing.T, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(f.http.URL, token, f.http.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// post sends a raw request and returns the status, headers and body.
+func (f *fixture) post(t *testing.T, path, token, contentType, body string, header ...string) (int, http.Header, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.http.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := f.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	json.Unmarshal(data, &m)
+	if resp.StatusCode >= 400 {
+		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%d answered with Content-Type %q, not a problem document", resp.StatusCode, ct)
+		}
+		if strings.Contains(string(data), "goroutine ") {
+			t.Errorf("a stack trace on the wire: %s", data)
+		}
+	}
+	return resp.StatusCode, resp.Header, m
+}
+
+func inv(tool, input string) client.Invocation {
+	return client.Invocation{Tool: tool, Input: json.RawMessage(input)}
+}
+
+func status(err error) int {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return 0
+}
+
+// count returns the execution records of the database (through the
+// runtime the fixture still has open).
+func (f *fixture) records(t *testing.T, filter txn.Filter) []*txn.Record {
+	t.Helper()
+	recs, err := f.rt.Executions(context.Background(), filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+func TestServer_StatusCodes(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	ctx := context.Background()
+	agent := f.client(t, agentToken)
+
+	// 200 COMPLETED, and a tool-level failure carried in the result.
+	res, err := agent.Execute(ctx, inv("test.echo", `{"msg":"hi"}`))
+	if err != nil || res.State != "COMPLETED" || string(res.Output) != `{"msg":"hi"}` {
+		t.Fatalf("200 COMPLETED: %v, %+v", err, res)
+	}
+	res, err = agent.Execute(ctx, inv("test.fail", `{"msg":"x"}`))
+	if status(err) != 200 || !errors.Is(err, client.ErrNotCompleted) || res.State != "ROLLED_BACK" || res.Error.Code != "tool_error" {
+		t.Fatalf("200 tool failure: %v, %+v", err, res)
+	}
+
+	// 400, 401, 404, 413, 415: refused before anything runs.
+	before := len(f.records(t, txn.Filter{}))
+	for _, tc := range []struct {
+		name, path, token, ctype, body string
+		want                           int
+	}{
+		{"malformed JSON", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":`, 400},
+		{"trailing data", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"}} {}`, 400},
+		{"unknown field", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"},"grants":["process.exec"]}`, 400},
+		{"no input", "/v1/tools/test.echo/execute", agentToken, "application/json", `{}`, 400},
+		{"bad callId", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"},"callId":"a b\u0000"}`, 400},
+		{"path traversal", "/v1/tools/..%2F..%2Fetc%2Fpasswd/execute", agentToken, "application/json", `{"input":{}}`, 400},
+		{"no token", "/v1/tools/test.echo/execute", "", "application/json", `{"input":{"msg":"x"}}`, 401},
+		{"bad token", "/v1/tools/test.echo/execute", "guess", "application/json", `{"input":{"msg":"x"}}`, 401},
+		{"unknown tool", "/v1/tools/no.such/execute", agentToken, "application/json", `{"input":{"msg":"x"}}`, 404},
+		{"unknown version", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"},"version":"9.9.9"}`, 404},
+		{"oversized body", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"` + strings.Repeat("x", 6<<20) + `"}}`, 413},
+		{"wrong content type", "/v1/tools/test.echo/execute", agentToken, "text/plain", `{"input":{"msg":"x"}}`, 415},
+		{"spec path, unknown tool", "/tools/no.such/execute", agentToken, "application/json", `{"input":{"msg":"x"}}`, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, h, p := f.post(t, tc.path, tc.token, tc.ctype, tc.body)
+			if code != tc.want || p["status"] != float64(tc.want) || p["title"] == nil {
+				t.Fatalf("status %d, problem %v; want %d", code, p, tc.want)
+			}
+			if code == 401 && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("401 without WWW-Authenticate")
+			}
+		})
+	}
+	if after := len(f.records(t, txn.Filter{})); after != before {
+		t.Errorf("refused requests recorded %d executions", after-before)
+	}
+	if code, _, _ := f.post(t, "/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"spec"}}`); code != 200 {
+		t.Errorf("the spec's path: %d", code)
+	}
+
+	// 403 DENIED, recorded.
+	res, err = f.client(t, nobodyToken).Execute(ctx, inv("test.echo", `{"msg":"x"}`))
+	if status(err) != 403 || !errors.Is(err, client.ErrDenied) || res == nil || res.State != "DENIED" {
+		t.Fatalf("403: %v, %+v", err, res)
+	}
+
+	// 422: input failing the schema (recorded FAILED).
+	res, err = agent.Execute(ctx, inv("test.echo", `{"msg":7}`))
+	if status(err) != 422 || !errors.Is(err, client.ErrInvalidInput) || res == nil || res.State != "FAILED" {
+		t.Fatalf("422 schema: %v, %+v", err, res)
+	}
+
+	// Idempotency: a replay, then 422 for another request under the key,
+	// and 409 while the key's first request still runs.
+	keyed := inv("test.echo", `{"msg":"k"}`)
+	keyed.IdempotencyKey = "key-1"
+	first, err := agent.Execute(ctx, keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := agent.Execute(ctx, keyed)
+	if err != nil || !again.Replayed || again.ExecutionID != first.ExecutionID {
+		t.Fatalf("replay: %v, %+v", err, again)
+	}
+	other := inv("test.echo", `{"msg":"other"}`)
+	other.IdempotencyKey = "key-1"
+	if _, err := agent.Execute(ctx, other); status(err) != 422 || !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("422 key reused: %v", err)
+	}
+	blocked := inv("test.block", `{"msg":"b"}`)
+	blocked.IdempotencyKey = "key-2"
+	done := make(chan error, 1)
+	go func() { _, err := agent.Execute(ctx, blocked); done <- err }()
+	<-f.gate.started
+	if _, err := agent.Execute(ctx, blocked); status(err) != 409 || !errors.Is(err, client.ErrInFlight) {
+		t.Fatalf("409: %v", err)
+	}
+	f.gate.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Approving intents needs an approver's token.
+	it, err := agent.Propose(ctx, inv("test.echo", `{"msg":"i"}`))
+	if err != nil || it.Status != "pending" {
+		t.Fatalf("propose: %v, %+v", err, it)
+	}
+	if _, err := agent.Approve(ctx, it.ID); status(err) != 403 {
+		t.Errorf("approval by a non-approver: %v", err)
+	}
+	if it, err := f.client(t, approverToken).Approve(ctx, it.ID); err != nil || it.Status != "approved" {
+		t.Errorf("approval: %v, %+v", err, it)
+	}
+	if _, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 {
+		t.Errorf("an invalid proposal: %v", err)
+	}
+
+	// Reads.
+	if ts, err := agent.Tools(ctx); err != nil || len(ts) != 3 {
+		t.Errorf("tools: %d, %v", len(ts), err)
+	}
+	if rec, err := agent.Execution(ctx, first.ExecutionID); err != nil || !bytes.Contains(rec, []byte(first.ExecutionID)) {
+		t.Errorf("execution: %v", err)
+	}
+	if _, err := f.client(t, nobodyToken).Execution(ctx, first.ExecutionID); status(err) != 404 {
+		t.Errorf("another principal's execution: %v", err)
+	}
+}
+
+func TestServer_RateLimitAndBusy(t *testing.T) {
+	cfg := testConfig()
+	cfg.RateLimits.PerPrincipal = server.Rate{PerSecond: 0.5, Burst: 2}
+	cfg.MaxConcurrent = 1
+	f := newFixture(t, cfg, nil)
+	ctx := context.Background()
+	agent := f.client(t, agentToken)
+
+	done := make(chan error, 1)
+	go func() { _, err := agent.Execute(ctx, inv("test.block", `{"msg":"b"}`)); done <- err }()
+	<-f.gate.started
+	_, err := agent.Execute(ctx, inv("test.echo", `{"msg":"x"}`))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 503 || e.RetryAfter <= 0 || !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("503 busy: %v", err)
+	}
+	f.gate.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The bucket held 2: both spent; the next request is refused until it refills.
+	_, err = agent.Execute(ctx, inv("test.echo", `{"msg":"x"}`))
+	if !errors.As(err, &e) || e.Status != 429 || e.RetryAfter < time.Second || !errors.Is(err, client.ErrRateLimited) {
+		t.Fatalf("429: %v", err)
+	}
+	// Other principals have their own bucket.
+	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
+		t.Fatalf("another principal was rate limited: %v", err)
+	}
+}
+
+// A client that disconnects mid-execution does not leave the invocation
+// unrecorded: it runs to its end and is COMPLETED.
+func TestServer_ClientDisconnect(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	agent := f.client(t, agentToken)
+	ctx, cancel := context.WithCancel(context.Background())
+	req := inv("test.block", `{"msg":"gone"}`)
+	req.CallID = "call-disconnect"
+	done := make(chan error, 1)
+	go func() { _, err := agent.Execute(ctx, req); done <- err }()
+	<-f.gate.started
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the client's call: %v", err)
+	}
+	f.gate.open()
+	for range 200 {
+		if recs := f.records(t, txn.Filter{CallID: "call-disconnect"}); len(recs) == 1 && recs[0].State == "COMPLETED" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the invocation did not end recorded: %+v", f.records(t, txn.Filter{CallID: "call-disconnect"}))
+}
+
+// Shutdown with invocations in flight: the server stops accepting, waits
+// the grace period, aborts the rest, and closes the store: nothing is left
+// EXECUTING.
+func TestServer_ShutdownWithInflight(t *testing.T) {
+	cfg := testConfig()
+	cfg.GracePeriod = server.Duration(200 * time.Millisecond)
+	f := newFixture(t, cfg, nil)
+	f.http.Close() // the fixture's listener is not used here
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- f.srv.Serve(ctx, l) }()
+	c, err := client.New("http://"+l.Addr().String(), agentToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := c.Execute(context.Background(), inv("test.block", fmt.Sprintf(`{"msg":"s%d"}`, i)))
+			results <- err
+		}()
+	}
+	for range 3 {
+		<-f.gate.started
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	for range 3 {
+		<-results // answered (aborted) or cut off: either way, recorded below
+	}
+	if _, err := c.Execute(context.Background(), inv("test.echo", `{"msg":"late"}`)); err == nil {
+		t.Error("a request was served after shutdown")
+	}
+	f.gate.open()
+	rt, err := tgruntime.Open(f.path, &tgruntime.Options{NoSync: true})
+	if err != nil {
+		t.Fatalf("the store was not closed cleanly: %v", err)
+	}
+	defer rt.Close(context.Background())
+	recs, err := rt.Executions(context.Background(), txn.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := 0
+	for _, r := range recs {
+		if r.State == "EXECUTING" {
+			t.Errorf("%s left EXECUTING", r.ExecutionID)
+		}
+		if r.State == "ROLLED_BACK" {
+			aborted++
+		}
+	}
+	if aborted != 3 {
+		t.Errorf("%d of the 3 in-flight invocations recorded ROLLED_BACK: %d records", aborted, len(recs))
+	}
+}
+
+// The caller's trace continues into toolgate: the server span's parent is
+// the client's span, and the invocation's span is under the server span.
+func TestServer_TracePropagation(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	f := newFixture(t, nil, &server.Options{TracerProvider: tp})
+	clientTP := sdktrace.NewTracerProvider()
+	ctx, span := clientTP.Tracer("test-client").Start(context.Background(), "agent step")
+	res, err := f.client(t, agentToken).Execute(ctx, inv("test.echo", `{"msg":"traced"}`))
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TraceID != span.SpanContext().TraceID().String() {
+		t.Errorf("the result's trace %s is not the client's %s", res.TraceID, span.SpanContext().TraceID())
+	}
+	var serverSpan, toolSpan sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch {
+		case s.SpanKind() == trace.SpanKindServer:
+			serverSpan = s
+		case strings.HasPrefix(s.Name(), "execute_tool"):
+			toolSpan = s
+		}
+	}
+	if serverSpan == nil || toolSpan == nil {
+		t.Fatalf("spans: server %v, execute_tool %v", serverSpan, toolSpan)
+	}
+	if serverSpan.Parent().SpanID() != span.SpanContext().SpanID() || !serverSpan.Parent().IsRemote() {
+		t.Errorf("server span's parent %v; want the client's span %v", serverSpan.Parent().SpanID(), span.SpanContext().SpanID())
+	}
+	if serverSpan.Name() != "POST /v1/tools/{name}/execute" {
+		t.Errorf("server span name %q", serverSpan.Name())
+	}
+	if toolSpan.Parent().SpanID() != serverSpan.SpanContext().SpanID() {
+		t.Errorf("execute_tool's parent is not the server span")
+	}
+}
+
+// Header injection and raw protocol abuse are refused with 400, and run
+// nothing.
+func TestServer_RawRequests(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	addr := strings.TrimPrefix(f.http.URL, "http://")
+	raw := func(req string) int {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	body := `{"input":{"msg":"x"}}`
+	for name, key := range map[string]string{
+		"NUL in a header":     "a\x00b",
+		"bare CR in a header": "a\rX-Injected: 1",
+		"control character":   "a\x01b",
+	} {
+		req := "POST /v1/tools/test.echo/execute HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + agentToken +
+			"\r\nContent-Type: application/json\r\nIdempotency-Key: " + key + fmt.Sprintf("\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body)) + body
+		if code := raw(req); code != 400 {
+			t.Errorf("%s: %d; want 400", name, code)
+		}
+	}
+	if recs := f.records(t, txn.Filter{}); len(recs) != 0 {
+		t.Errorf("%d executions recorded", len(recs))
+	}
+	code, _, _ := f.post(t, "/v1/tools/test.echo/execute", agentToken, "application/json", body,
+		"Idempotency-Key", "one", "Idempotency-Key", "two")
+	if code != 400 {
+		t.Errorf("two Idempotency-Key headers: %d", code)
+	}
+	code, _, _ = f.post(t, "/v1/tools/test.echo/execute", agentToken, "application/json", body, "Idempotency-Key", strings.Repeat("k", 300))
+	if code != 400 {
+		t.Errorf("an oversized Idempotency-Key: %d", code)
+	}
+}
+
+func TestServer_Health(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := f.http.Client().Get(f.http.URL + p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("%s: %v %v", p, resp.StatusCode, err)
+		}
+		resp.Body.Close()
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:7070": true, "[::1]:7070": true, "localhost:1": true,
+		"0.0.0.0:7070": false, ":7070": false, "10.0.0.1:80": false, "nonsense": false,
+	} {
+		if got := server.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, got)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"clear token":     `{"tokens":[{"principal":"a","sha256":"secret"}]}`,
+		"unknown field":   `{"tokens":[],"token":"x"}`,
+		"empty principal": `{"tokens":[{"principal":"","sha256":"` + server.HashToken("x") + `"}]}`,
+		"duplicate":       `{"tokens":[{"principal":"a","sha256":"` + server.HashToken("x") + `"},{"principal":"b","sha256":"` + server.HashToken("x") + `"}]}`,
+		"bad rate":        `{"rateLimits":{"perTool":{"perSecond":5}}}`,
+		"bad duration":    `{"gracePeriod":"soon"}`,
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
+		writeFile(t, p, body)
+		if _, err := server.LoadConfig(p); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+	p := filepath.Join(dir, "ok.json")
+	writeFile(t, p, `{"tokens":[{"principal":"a","sha256":"`+strings.ToUpper(server.HashToken("x"))+`"}],"gracePeriod":"3s"}`)
+	if c, err := server.LoadConfig(p); err != nil || time.Duration(c.GracePeriod) != 3*time.Second {
+		t.Errorf("valid config: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
