@@ -49,7 +49,7 @@ type gate struct {
 	once    sync.Once
 }
 
-func newGate() *gate { return &gate{started: make(chan string, 64), release: make(chan struct{})} }
+func newGate() *gate  { return &gate{started: make(chan string, 64), release: make(chan struct{})} }
 func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
 
 func testTools(g *gate) []tools.Tool {
