@@ -104,7 +104,7 @@ func newFixture(t *testing.T, cfg *server.Config, opts *server.Options) *fixture
 }
 
 // newFixtureWith is newFixture with the runtime's commits synced or not.
-func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSync bool) *fixture {
+func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSync bool, adjust ...func(*tgruntime.Options)) *fixture {
 	t.Helper()
 	g := newGate()
 	t.Cleanup(g.open)
@@ -125,6 +125,9 @@ func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSy
 	ropts := &tgruntime.Options{Registry: reg, Policy: policy, NoSync: noSync}
 	if opts != nil {
 		ropts.TracerProvider = opts.TracerProvider
+	}
+	for _, a := range adjust {
+		a(ropts)
 	}
 	rt, err := tgruntime.Open(path, ropts)
 	if err != nil {
@@ -362,6 +365,26 @@ func TestServer_RateLimitAndBusy(t *testing.T) {
 	// Other principals have their own bucket.
 	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
 		t.Fatalf("another principal was rate limited: %v", err)
+	}
+}
+
+// The runtime's own resources: no free execution slot is a 503 with the
+// recorded attempt in the problem.
+func TestServer_RuntimeResourceUnavailable(t *testing.T) {
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) { o.MaxConcurrent, o.SlotWait = 1, -1 })
+	ctx := context.Background()
+	agent := f.client(t, agentToken)
+	done := make(chan error, 1)
+	go func() { _, err := agent.Execute(ctx, inv("test.block", `{"msg":"b"}`)); done <- err }()
+	<-f.gate.started
+	res, err := agent.Execute(ctx, inv("test.echo", `{"msg":"x"}`))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 503 || e.Code != "resource_unavailable" || res == nil || res.State != "ROLLED_BACK" {
+		t.Fatalf("503 resource unavailable: %v, %+v", err, res)
+	}
+	f.gate.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
