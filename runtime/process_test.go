@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,39 +15,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testchild"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
 
-var (
-	childOnce sync.Once
-	childPath string
-	childErr  error
-)
-
-// childBinary builds testdata/child once per test run, without the race
-// detector (whose shadow memory cannot start under a small RLIMIT_AS).
-func childBinary(t *testing.T) string {
-	t.Helper()
-	childOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "toolgate-child-")
-		if err != nil {
-			childErr = err
-			return
-		}
-		childPath = filepath.Join(dir, "child")
-		gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-		out, err := exec.Command(gobin, "build", "-o", childPath, "./testdata/child").CombinedOutput()
-		if err != nil {
-			childErr = errors.New("building testdata/child: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if childErr != nil {
-		t.Fatal(childErr)
-	}
-	return childPath
-}
+// childBinary is the test child program (see internal/testchild).
+func childBinary(t testing.TB) string { return testchild.Path(t) }
 
 // procInput is the input of the test process tool: the child's arguments.
 type procInput struct {

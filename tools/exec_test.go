@@ -11,44 +11,18 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testchild"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
 
-var (
-	childOnce sync.Once
-	childPath string
-	childErr  error
-)
-
-// childBinary builds testdata/child once per test run, without the race
-// detector, so the processes under test are real and fast.
-func childBinary(t testing.TB) string {
-	t.Helper()
-	childOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "toolgate-execchild-")
-		if err != nil {
-			childErr = err
-			return
-		}
-		childPath = filepath.Join(dir, "child")
-		gobin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-		out, err := exec.Command(gobin, "build", "-o", childPath, "./testdata/child").CombinedOutput()
-		if err != nil {
-			childErr = errors.New("building testdata/child: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if childErr != nil {
-		t.Fatal(childErr)
-	}
-	return childPath
-}
+// childBinary is the test child program (see internal/testchild).
+func childBinary(t testing.TB) string { return testchild.Path(t) }
 
 func caps(t testing.TB, ss ...string) []capability.Capability {
 	t.Helper()

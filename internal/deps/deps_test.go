@@ -24,21 +24,23 @@ const module = "github.com/toolgate/toolgate"
 // serve); only the CLI may use the OTel SDK; the client package imports
 // nothing of the module.
 var policy = map[string][]string{
-	"lifecycle":          {"github.com/looplab/fsm"},
-	"capability":         {"internal/uuid"},
-	"tools":              {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3"},
-	"txn":                {"go.etcd.io/bbolt"},
-	"audit":              {},
-	"runtime":            {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
-	"internal/uuid":      {},
-	"internal/proc":      {"golang.org/x/sys/unix"},
-	"internal/deps":      {},
-	"internal/docscheck": {},
-	"internal/bench":     {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
-	"internal/server":    {"runtime", "lifecycle", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
-	"client":             {"go.opentelemetry.io/otel"},
-	"internal/cli":       {"internal/server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
-	"cmd/toolgate":       {"internal/cli"},
+	"lifecycle":                {"github.com/looplab/fsm"},
+	"capability":               {"internal/uuid"},
+	"tools":                    {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3"},
+	"txn":                      {"go.etcd.io/bbolt"},
+	"audit":                    {},
+	"runtime":                  {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
+	"internal/uuid":            {},
+	"internal/proc":            {"golang.org/x/sys/unix"},
+	"internal/deps":            {},
+	"internal/docscheck":       {},
+	"internal/testchild":       {},
+	"internal/testchild/child": {},
+	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
+	"internal/server":          {"runtime", "lifecycle", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
+	"client":                   {"go.opentelemetry.io/otel"},
+	"internal/cli":             {"internal/server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"cmd/toolgate":             {"internal/cli"},
 }
 
 // forbidden are import prefixes no package of the module may use outside

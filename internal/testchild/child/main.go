@@ -1,7 +1,11 @@
-// Command child is the process the process tools' tests run. It is built
-// without the race detector, once per test run.
+// Command child is the process the tests of process tools and limits run
+// (see package testchild). It is built without the race detector, whose
+// shadow memory would not start under a small RLIMIT_AS, once per test run.
 //
 //	child argv ARGS...        print ARGS as a JSON array on stdout
+//	child echo ARGS...        print each argument on its own line
+//	child alloc MIB           touch MIB of memory in 8 MiB steps, then sleep
+//	child write FILE BYTES    write BYTES to FILE
 //	child env                 print the environment, one entry a line, sorted
 //	child cat                 copy stdin to stdout
 //	child exit CODE MESSAGE   print MESSAGE on stderr, exit with CODE
@@ -87,6 +91,45 @@ func main() {
 		}
 		fmt.Printf("gpid=%d\n", g.Process.Pid)
 		time.Sleep(time.Minute)
+	case "echo":
+		for _, a := range os.Args[2:] {
+			fmt.Println(a)
+		}
+	case "alloc":
+		var keep [][]byte
+		for i := int64(0); i < num(2)/8; i++ {
+			b := make([]byte, 8<<20)
+			for j := 0; j < len(b); j += 4096 {
+				b[j] = 1
+			}
+			keep = append(keep, b)
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("allocated", len(keep)*8, "MiB")
+		time.Sleep(time.Minute)
+	case "write":
+		if len(os.Args) < 4 {
+			fmt.Fprintln(os.Stderr, "usage: child write FILE BYTES")
+			os.Exit(2)
+		}
+		f, err := os.Create(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		buf := make([]byte, 64<<10)
+		for left := num(3); left > 0; {
+			k := min(left, int64(len(buf)))
+			if _, err := f.Write(buf[:k]); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			left -= k
+		}
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "pwd":
 		d, _ := os.Getwd()
 		fmt.Print(d)
