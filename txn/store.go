@@ -191,6 +191,11 @@ func initialize(db *bolt.DB, path string, readOnly bool) (err error) {
 			}
 			return nil
 		}
+		if v := meta.Get(keyFormat); len(v) == 8 {
+			if got := binary.BigEndian.Uint64(v); got < formatVersion {
+				return migrate(tx, path, got)
+			}
+		}
 		return checkFormat(path, meta)
 	})
 }
@@ -207,7 +212,9 @@ func checkFormat(path string, meta *bolt.Bucket) error {
 	case len(v) != 8:
 		return fmt.Errorf("%w: %s: malformed format version %x", ErrCorrupt, path, v)
 	}
-	if got := binary.BigEndian.Uint64(v); got != formatVersion {
+	if got := binary.BigEndian.Uint64(v); got < formatVersion {
+		return fmt.Errorf("%w: %s: format version %d, older than this build's %d: the first write (toolgate run, serve) upgrades it in place; read-only inspection does not", ErrIncompatible, path, got, formatVersion)
+	} else if got != formatVersion {
 		return fmt.Errorf("%w: %s: format version %d, this build supports %d", ErrIncompatible, path, got, formatVersion)
 	}
 	return nil
