@@ -4,7 +4,8 @@
 # Installs Jaeger all-in-one (go install, reusing the binary when it is
 # already the right version), starts it on free loopback ports with its OTLP
 # receivers on, runs `toolgate run` for a COMPLETED, a FAILED, a DENIED and a
-# timed-out invocation (over OTLP/HTTP and OTLP/gRPC), reads each trace back
+# timed-out invocation (over OTLP/HTTP and OTLP/gRPC), and one call through
+# `toolgate serve` with a caller's traceparent, reads each trace back
 # from Jaeger's query API by the trace id toolgate printed, and checks the
 # span names, the GenAI attributes, the lifecycle states, and that the audit
 # event ids on the phase spans are the record's (`toolgate show --json`).
@@ -30,7 +31,9 @@ stop_jaeger() {
   wait "$jaeger_pid" 2>/dev/null || true
   jaeger_pid=""
 }
+serve_pid=""
 cleanup() {
+  [ -z "$serve_pid" ] || kill -9 "$serve_pid" 2>/dev/null || true
   stop_jaeger
   rm -rf "$tmp"
 }
@@ -91,6 +94,10 @@ func main() {
 		wait(d, args[1:])
 	case "trace":
 		checkTrace(args[0], args[1], args[2], args[3], args[4], strings.Split(args[5], ","))
+	case "call":
+		call(args[0], args[1])
+	case "served":
+		served(args[0], args[1], args[2])
 	default:
 		fail("unknown command %q", os.Args[1])
 	}
@@ -244,6 +251,71 @@ func fetch(query, traceID string, want int) trace {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// call sends one execution to toolgate serve at url, as a client whose
+// span is the parent (a traceparent header), and prints the trace and span
+// ids it used.
+func call(url, token string) {
+	traceID, spanID := randomHex(16), randomHex(8)
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/tools/file.read/execute", strings.NewReader(`{"input":{"path":"hello.txt"}}`))
+	if err != nil {
+		fail("%v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+spanID+"-01")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		fail("serve: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var res result
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &res) != nil || res.State != "COMPLETED" || res.TraceID != traceID {
+		fail("serve answered %s: %.300s (want 200 COMPLETED in trace %s)", resp.Status, body, traceID)
+	}
+	fmt.Println(traceID, spanID)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	f, err := os.Open("/dev/urandom")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, b); err != nil {
+		fail("%v", err)
+	}
+	return fmt.Sprintf("%x", b)
+}
+
+// served checks that the caller's trace continues into toolgate: the
+// server span is the child of the caller's span, and the invocation's span
+// the child of the server span.
+func served(query, traceID, clientSpan string) {
+	tr := fetch(query, traceID, 10) // server span, execute_tool, attempt, 7 phases
+	var server, tool *span
+	for i := range tr.Spans {
+		switch s := &tr.Spans[i]; s.Name {
+		case "POST /v1/tools/{name}/execute":
+			server = s
+		case "execute_tool file.read":
+			tool = s
+		}
+	}
+	switch {
+	case server == nil || tool == nil:
+		fail("trace %s: no server span or no execute_tool span", traceID)
+	case server.parent() != clientSpan:
+		fail("trace %s: the server span's parent is %q, not the caller's span %s", traceID, server.parent(), clientSpan)
+	case tool.parent() != server.SpanID:
+		fail("trace %s: execute_tool's parent is %q, not the server span %s", traceID, tool.parent(), server.SpanID)
+	case tr.Processes[server.ProcessID].ServiceName != "toolgate":
+		fail("trace %s: the server span's service is %q", traceID, tr.Processes[server.ProcessID].ServiceName)
+	}
+	fmt.Printf("e2e-jaeger: ok  SERVED      trace %s: the caller's span -> %s -> %s\n", traceID, server.Name, tool.Name)
 }
 
 // rank orders phases that start in the same microsecond.
@@ -501,4 +573,18 @@ export TOOLGATE_DB # the checker runs toolgate show
 "$tmp/e2echeck" trace "$query" "$tmp/toolgate" "$tmp/denied.json" DENIED capability_denied validate,authorize
 "$tmp/e2echeck" trace "$query" "$tmp/toolgate" "$tmp/timeout.json" ROLLED_BACK timeout "$timedout"
 
-say "4 passed, 0 failed"
+# toolgate serve: a caller's trace context continues into toolgate.
+printf '{"tokens":[{"principal":"agent","sha256":"%s"}]}\n' "$(printf 'e2e-token\n' | "$tmp/toolgate" serve --hash-token)" >"$tmp/server.json"
+printf '{"version":1,"principals":{"agent":["filesystem.read:%s"]}}\n' "$work" >"$tmp/policy.json"
+read -r p_serve < <("$tmp/e2echeck" ports 1 0)
+(cd "$work" && OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$p_otlp_http" OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \
+  exec "$tmp/toolgate" serve --config "$tmp/server.json" --policy "$tmp/policy.json" --addr "127.0.0.1:$p_serve" 2>"$tmp/serve.err") &
+serve_pid=$!
+"$tmp/e2echeck" wait 20s "http://127.0.0.1:$p_serve/healthz" >/dev/null || die "serve did not start: $(cat "$tmp/serve.err")"
+read -r served_trace served_span < <("$tmp/e2echeck" call "http://127.0.0.1:$p_serve" e2e-token) || die "the call to serve failed"
+kill -TERM "$serve_pid" # a graceful stop flushes its spans
+wait "$serve_pid" || die "serve did not stop cleanly: $(cat "$tmp/serve.err")"
+serve_pid=""
+"$tmp/e2echeck" served "$query" "$served_trace" "$served_span"
+
+say "5 passed, 0 failed"
