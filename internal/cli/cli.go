@@ -19,7 +19,7 @@ const (
 	ExitInternal  = 1 // an internal error (the database could not be opened, ...)
 	ExitUsage     = 2 // bad flags or arguments, unknown tool or version
 	ExitFailed    = 3 // FAILED: the input is not valid
-	ExitDenied    = 4 // DENIED: a required capability was not granted
+	ExitDenied    = 4 // DENIED, or refused before running (intent, idempotency key)
 	ExitAborted   = 5 // ABORTED then ROLLED_BACK: a timeout, a limit, or a cancel
 	ExitRollback  = 6 // ROLLED_BACK: the tool failed or its output was invalid
 )
@@ -29,7 +29,9 @@ const exitCodesHelp = `Exit codes:
   1  internal error (e.g. the database cannot be opened)
   2  usage error (bad flags, unknown tool or version)
   3  FAILED: the input does not match the tool's schema
-  4  DENIED: a required capability was not granted (see --allow)
+  4  DENIED: a required capability was not granted (see --allow), or the call
+     was refused before it ran (an intent that may not run, an idempotency
+     key in conflict or in flight)
   5  ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel
   6  ROLLED_BACK: the tool failed, or its output did not match its schema`
 
