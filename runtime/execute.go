@@ -43,7 +43,7 @@ var errLimit = errors.New("runtime: max execution time reached")
 // it), its state transaction is already rolled back and refuses further
 // use, and its Env opens nothing more. See "Abandoned tools" in the package
 // documentation.
-func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) {
+func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err error) {
 	if err := r.enter(); err != nil {
 		return nil, err
 	}
@@ -54,7 +54,6 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	var (
 		intent *Intent
 		entry  *tools.Entry
-		err    error
 	)
 	if inv.IntentID != "" || inv.IntentHash != "" {
 		if intent, entry, err = r.intentFor(ctx, &inv); err != nil {
@@ -98,12 +97,16 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (*Result, error) 
 	if tel {
 		defer c.finishTelemetry(ctx, res) // deferred: spans end even if a bug panics here
 	}
-	err = c.invoke(ctx, res)
-	if kerr := c.finishKey(ctx, false); kerr != nil && err == nil {
-		// The result stands; the key's record is settled when the
-		// database is next opened.
-		err = &StateError{Op: "record idempotency key", Err: kerr}
+	if c.idem != nil {
+		defer func() {
+			if kerr := c.finishKey(ctx, res, err); kerr != nil && err == nil {
+				// The result stands; the key is settled when the database
+				// is next opened.
+				err = &StateError{Op: "record idempotency key", Err: kerr}
+			}
+		}()
 	}
+	err = c.invoke(ctx, res)
 	return res, err
 }
 

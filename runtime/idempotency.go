@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -46,6 +48,9 @@ type idemRecord struct {
 	State       string    `json:"state"`
 	CreatedAt   time.Time `json:"createdAt"`
 	ExpiresAt   time.Time `json:"expiresAt"`
+	// ExecutionIDs are the call's attempts, in order, once it is done: the
+	// result a replay rebuilds.
+	ExecutionIDs []string `json:"executionIds,omitempty"`
 }
 
 // ErrIdempotency is matched (errors.Is) by every *IdempotencyError.
@@ -136,7 +141,7 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 			return nil, nil, &IdempotencyError{Code: "idempotency_conflict", Key: key, CallID: held.CallID,
 				Reason: fmt.Sprintf("already used at %s for a different request (call %s); nothing ran", held.CreatedAt.Format(time.RFC3339), held.CallID)}
 		case held.State == idemDone:
-			res, err := r.resultOfCall(ctx, held.CallID)
+			res, err := r.resultOf(ctx, held.ExecutionIDs)
 			if err != nil {
 				return nil, nil, &StateError{Op: "read", Err: err}
 			}
@@ -185,66 +190,118 @@ func purgeExpired(v *txn.StateView, now time.Time, keep string) error {
 	return nil
 }
 
-// doneRecord is the key's record once its invocation has ended.
-func (h *idem) doneRecord() []byte {
-	rec := h.rec
-	rec.State = idemDone
-	b, _ := json.Marshal(rec)
-	return b
-}
-
-// finish marks the key's invocation done, unless the final commit already
-// did (committed): its stored records are now the key's result.
-func (c *call) finishKey(ctx context.Context, committed bool) error {
-	if c.idem == nil || committed {
+// finishKey settles the key once its invocation has ended: its attempts
+// become the key's result. A call that never got to run its tool and
+// failed for a passing reason (no free slot, the caller gave up, the
+// runtime closing) frees the key instead, so that a retry runs rather than
+// replaying "busy" for the whole TTL; a DENIED or FAILED call is stored,
+// like any other result.
+func (c *call) finishKey(ctx context.Context, res *Result, err error) error {
+	h := c.idem
+	if h == nil {
 		return nil
 	}
-	h := c.idem
+	free := !ran(res) && transient(err)
+	done := h.rec
+	done.State = idemDone
+	for _, a := range res.Attempts {
+		done.ExecutionIDs = append(done.ExecutionIDs, a.ExecutionID)
+	}
+	b, _ := json.Marshal(done)
 	return c.r.store.UpdateState(context.WithoutCancel(ctx), func(v *txn.StateView) error {
-		if b, ok := v.Get(nsIdem, h.scope); ok {
-			var cur idemRecord
-			if json.Unmarshal(b, &cur) == nil && cur.CallID != h.rec.CallID {
+		if cur, ok := v.Get(nsIdem, h.scope); ok {
+			var rec idemRecord
+			if json.Unmarshal(cur, &rec) == nil && rec.CallID != h.rec.CallID {
 				return nil // replaced by a bypass meanwhile: that one owns the key now
 			}
 		}
-		return v.Put(nsIdem, h.scope, h.doneRecord())
+		if free || len(done.ExecutionIDs) == 0 {
+			v.Delete(nsIdemExpiry, expiryKey(h.rec.ExpiresAt, h.scope))
+			return v.Delete(nsIdem, h.scope)
+		}
+		return v.Put(nsIdem, h.scope, b)
 	})
+}
+
+// ran reports whether any attempt of res reached EXECUTING.
+func ran(res *Result) bool {
+	for _, a := range res.Attempts {
+		for _, t := range a.Transitions {
+			if t.To == lifecycle.Executing {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// transient reports a failure that says nothing about the request itself.
+func transient(err error) bool {
+	switch c := classOf(err).(type) {
+	case *ResourceError:
+		return c.Transient
+	case *ExecutionError:
+		return c.Canceled
+	case *TimeoutError:
+		return c.Caller
+	}
+	return errors.Is(err, ErrClosed)
 }
 
 // recoverKeys settles the keys whose invocation a crash interrupted: its
 // records (ABORTED, ROLLED_BACK "interrupted", or final) are its result; a
-// key whose call left no record at all is freed.
+// key whose call left no record at all is freed. The records are read once
+// for all such keys.
 func (r *Runtime) recoverKeys(ctx context.Context) error {
 	all, err := r.store.StateValues(ctx, nsIdem)
 	if err != nil {
 		return err
 	}
+	running := map[string]idemRecord{}
 	for scope, b := range all {
 		var rec idemRecord
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return fmt.Errorf("idempotency record %s is corrupt: %w", scope, err)
 		}
-		if rec.State != idemRunning {
-			continue
-		}
-		recs, err := r.store.List(ctx, txn.Filter{CallID: rec.CallID})
-		if err != nil {
-			return err
-		}
-		err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
-			if len(recs) == 0 {
-				v.Delete(nsIdemExpiry, expiryKey(rec.ExpiresAt, scope))
-				return v.Delete(nsIdem, scope)
-			}
-			rec.State = idemDone
-			b, _ := json.Marshal(rec)
-			return v.Put(nsIdem, scope, b)
-		})
-		if err != nil {
-			return err
+		if rec.State == idemRunning {
+			running[scope] = rec
 		}
 	}
-	return nil
+	if len(running) == 0 {
+		return nil
+	}
+	recs, err := r.store.List(ctx, txn.Filter{})
+	if err != nil {
+		return err
+	}
+	type call struct{ callID, principal, tool string }
+	attempts := map[call][]*txn.Record{}
+	for _, rec := range recs {
+		k := call{rec.CallID, rec.Principal, rec.ToolID}
+		attempts[k] = append(attempts[k], rec)
+	}
+	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		for scope, rec := range running {
+			got := attempts[call{rec.CallID, rec.Principal, rec.Tool}]
+			if len(got) == 0 {
+				v.Delete(nsIdemExpiry, expiryKey(rec.ExpiresAt, scope))
+				if err := v.Delete(nsIdem, scope); err != nil {
+					return err
+				}
+				continue
+			}
+			slices.SortFunc(got, func(a, b *txn.Record) int { return a.Attempt - b.Attempt })
+			rec.State, rec.ExecutionIDs = idemDone, nil
+			for _, g := range got {
+				rec.ExecutionIDs = append(rec.ExecutionIDs, g.ExecutionID)
+			}
+			b, _ := json.Marshal(rec)
+			if err := v.Put(nsIdem, scope, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // ReplayedError is the error of a replayed result that was not COMPLETED:
@@ -259,6 +316,7 @@ func (e *ReplayedError) Error() string {
 	return "runtime: replayed: " + strings.TrimPrefix(e.Info.Message, "runtime: ")
 }
 
+// Is matches the class of the stored failure.
 func (e *ReplayedError) Is(target error) bool {
 	switch e.Info.Type {
 	case "ValidationError":

@@ -279,3 +279,53 @@ func replaceState(rec, state string) string {
 	}
 	return rec
 }
+
+// A replay returns the key's own attempts, never records another caller
+// made with the same (caller-chosen) call id.
+func TestIdempotency_ReplayIsTheKeysOwnCall(t *testing.T) {
+	var runs atomic.Int32
+	rt, _ := openRuntime(t, nil, countingTool("test.count", &runs))
+	ctx := context.Background()
+	alice := keyed("test.count", `{"msg":"alice"}`, "k1")
+	alice.Principal, alice.CallID = "alice", "job-43"
+	first, err := rt.Execute(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := invoke("test.count", `{"msg":"bob-secret"}`)
+	bob.Principal, bob.CallID = "bob", "job-43"
+	if _, err := rt.Execute(ctx, bob); err != nil {
+		t.Fatal(err)
+	}
+	again, err := rt.Execute(ctx, alice)
+	if err != nil || !again.Replayed || string(again.Output) != `{"msg":"alice"}` || again.ExecutionID != first.ExecutionID || len(again.Attempts) != 1 {
+		t.Fatalf("replay: %v, %s, %+v", err, again.Output, again.Attempts)
+	}
+}
+
+// A call that never ran its tool and failed for a passing reason (no free
+// slot) frees its key: the retry runs instead of replaying "busy".
+func TestIdempotency_TransientFailureFreesTheKey(t *testing.T) {
+	var runs atomic.Int32
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	rt, _ := openRuntime(t, &tgruntime.Options{MaxConcurrent: 1, SlotWait: -1, Retry: tgruntime.RetryPolicy{MaxRetries: -1}},
+		blocker(started, release), countingTool("test.count", &runs))
+	ctx := context.Background()
+	go rt.Execute(ctx, invoke("test.block", `{"msg":"x"}`))
+	<-started
+	if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); !errors.Is(err, tgruntime.ErrResource) {
+		t.Fatalf("no slot: %v", err)
+	}
+	close(release)
+	var res *tgruntime.Result
+	var err error
+	for range 100 { // the blocker releases its slot as it returns
+		if res, err = rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); !errors.Is(err, tgruntime.ErrResource) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || res.Replayed || runs.Load() != 1 {
+		t.Fatalf("retry after a transient failure: %v, replayed %v, runs %d", err, res.Replayed, runs.Load())
+	}
+}

@@ -458,7 +458,7 @@ func (r *Runtime) claimGuard(in *Intent, x IntentExecution) func(*txn.StateView)
 func (r *Runtime) intentRefused(ctx context.Context, err error) (*Result, error) {
 	var ie *IntentError
 	if errors.As(err, &ie) && ie.Code == "intent_already_executed" && ie.Execution != nil {
-		if res, rerr := r.resultOfCall(ctx, ie.Execution.CallID); rerr == nil {
+		if res, rerr := r.resultOf(ctx, []string{ie.Execution.ExecutionID}); rerr == nil {
 			res.IntentID, res.Replayed = ie.IntentID, true
 			return res, ie
 		}
@@ -466,18 +466,19 @@ func (r *Runtime) intentRefused(ctx context.Context, err error) (*Result, error)
 	return nil, err
 }
 
-// resultOfCall rebuilds the Result of a call from its stored records.
-func (r *Runtime) resultOfCall(ctx context.Context, callID string) (*Result, error) {
-	recs, err := r.store.List(ctx, txn.Filter{CallID: callID})
-	if err != nil {
-		return nil, err
+// resultOf rebuilds the Result of a call from the stored records of its
+// attempts, in order: exactly these, by id, never by a call id a caller
+// may have chosen to collide with someone else's.
+func (r *Runtime) resultOf(ctx context.Context, executionIDs []string) (*Result, error) {
+	if len(executionIDs) == 0 {
+		return nil, errors.New("runtime: no attempts to replay")
 	}
-	if len(recs) == 0 {
-		return nil, fmt.Errorf("runtime: no records of call %s", callID)
-	}
-	slices.SortFunc(recs, func(a, b *txn.Record) int { return a.Attempt - b.Attempt })
-	res := &Result{CallID: callID}
-	for _, rec := range recs {
+	res := &Result{}
+	for _, id := range executionIDs {
+		rec, err := r.store.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
 		a := Attempt{ExecutionID: rec.ExecutionID, Number: rec.Attempt, State: lifecycle.State(rec.State),
 			StartedAt: rec.StartedAt, EndedAt: rec.EndedAt}
 		if rec.Error != nil {
@@ -488,7 +489,7 @@ func (r *Runtime) resultOfCall(ctx context.Context, callID string) (*Result, err
 				Event: lifecycle.Event(t.Event), At: t.At, Reason: t.Reason})
 		}
 		res.Attempts = append(res.Attempts, a)
-		res.ExecutionID, res.Tool, res.Version, res.State, res.Error = rec.ExecutionID, rec.ToolID, rec.ToolVersion, a.State, a.Error
+		res.CallID, res.ExecutionID, res.Tool, res.Version, res.State, res.Error = rec.CallID, rec.ExecutionID, rec.ToolID, rec.ToolVersion, a.State, a.Error
 		res.Output, res.TraceID = rec.Output, rec.TraceID
 	}
 	return res, nil
