@@ -136,7 +136,10 @@ func (e *Error) Is(target error) bool {
 	case http.StatusNotFound:
 		return target == ErrNotFound
 	case http.StatusConflict:
-		return target == ErrInFlight
+		if strings.HasSuffix(e.Type, "/idempotency-in-flight") {
+			return target == ErrInFlight
+		}
+		return target == ErrConflict
 	case http.StatusUnprocessableEntity:
 		if strings.HasSuffix(e.Type, "/idempotency-conflict") {
 			return target == ErrConflict

@@ -16,6 +16,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -258,8 +259,29 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	s.answer(w, res, err)
 }
 
+// withoutStacks drops the goroutine stacks of panics from a result: they
+// stay in the server's records (toolgate show --stack), never on the wire.
+func withoutStacks(res *tgruntime.Result) {
+	if res == nil {
+		return
+	}
+	if res.Error != nil {
+		e := *res.Error
+		e.Stack = ""
+		res.Error = &e
+	}
+	for i := range res.Attempts {
+		if a := res.Attempts[i].Error; a != nil {
+			e := *a
+			e.Stack = ""
+			res.Attempts[i].Error = &e
+		}
+	}
+}
+
 // answer writes an invocation's outcome with the status a client acts on.
 func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error) {
+	withoutStacks(res)
 	var ie *tgruntime.IdempotencyError
 	var se *tgruntime.StateError
 	switch {
@@ -281,7 +303,7 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
 		return
 	case res == nil && errors.As(err, &se):
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	case res == nil:
 		problem(w, http.StatusInternalServerError, "internal", "Internal error", "the invocation could not be run; see the server's log", nil)
@@ -300,11 +322,15 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "resource-unavailable", "Resource unavailable", errorMessage(res), ext)
 	case res.Error != nil && res.Error.Type == "StateError":
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", errorMessage(res), ext)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, ext)
 	default:
 		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
 	}
 }
+
+// storeDetail is all a caller learns of a store failure: the server's
+// operator has the rest (toolgate doctor, the records).
+const storeDetail = "the server's store cannot take more work now; its operator must act"
 
 func errorMessage(res *tgruntime.Result) string {
 	if res.Error == nil {
@@ -338,7 +364,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", strings.TrimPrefix(err.Error(), "json: "), nil)
 		return false
 	}
-	if d.More() {
+	if _, err := d.Token(); err != io.EOF {
 		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", "data after the JSON object", nil)
 		return false
 	}
@@ -411,8 +437,13 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 		// Another principal's execution is not found, rather than forbidden: ids are not an oracle.
 		problem(w, http.StatusNotFound, "execution-not-found", "No such execution", "", nil)
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
+		if rec.Error != nil {
+			e := *rec.Error
+			e.Stack = "" // never a stack on the wire
+			rec.Error = &e
+		}
 		writeJSON(w, http.StatusOK, rec)
 	}
 }
@@ -441,7 +472,7 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ve):
 		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", err.Error(), nil)
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusCreated, in)
 	}
@@ -462,7 +493,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ie):
 		problem(w, http.StatusConflict, "intent-decided", "Already decided", err.Error(), nil)
 	case err != nil:
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusOK, in)
 	}
@@ -477,7 +508,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.rt.Err(); err != nil {
-		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", err.Error(), nil)
+		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -527,6 +558,12 @@ func recoverer(h http.Handler) http.Handler {
 				problem(w, http.StatusInternalServerError, "internal", "Internal error", "", nil)
 			}
 		}()
+		// No redirects to a cleaned path: a request names its endpoint
+		// exactly, or is refused.
+		if p := r.URL.Path; p == "" || path.Clean(p) != p {
+			problem(w, http.StatusBadRequest, "bad-path", "Unclean path", "the path has '..', '.', '//' or a trailing '/'", nil)
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 }

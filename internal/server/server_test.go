@@ -68,6 +68,9 @@ func testTools(g *gate) []tools.Tool {
 		tools.NewTyped(decl("test.fail"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
 			return msg{}, errors.New("boom")
 		}),
+		tools.NewTyped(decl("test.panic"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			panic("kaboom")
+		}),
 		tools.NewTyped(decl("test.block"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
 			g.started <- in.Msg
 			<-g.release
@@ -239,6 +242,9 @@ func TestServer_StatusCodes(t *testing.T) {
 	}{
 		{"malformed JSON", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":`, 400},
 		{"trailing data", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"}} {}`, 400},
+		{"trailing bracket", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"}}]`, 400},
+		{"unclean path", "/v1/tools/../tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"}}`, 400},
+		{"trailing slash", "/v1/tools/test.echo/execute/", agentToken, "application/json", `{"input":{"msg":"x"}}`, 400},
 		{"unknown field", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"},"grants":["process.exec"]}`, 400},
 		{"no input", "/v1/tools/test.echo/execute", agentToken, "application/json", `{}`, 400},
 		{"bad callId", "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"x"},"callId":"a b\u0000"}`, 400},
@@ -326,7 +332,7 @@ func TestServer_StatusCodes(t *testing.T) {
 	}
 
 	// Reads.
-	if ts, err := agent.Tools(ctx); err != nil || len(ts) != 3 {
+	if ts, err := agent.Tools(ctx); err != nil || len(ts) != 4 {
 		t.Errorf("tools: %d, %v", len(ts), err)
 	}
 	if rec, err := agent.Execution(ctx, first.ExecutionID); err != nil || !bytes.Contains(rec, []byte(first.ExecutionID)) {
@@ -365,6 +371,25 @@ func TestServer_RateLimitAndBusy(t *testing.T) {
 	// Other principals have their own bucket.
 	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
 		t.Fatalf("another principal was rate limited: %v", err)
+	}
+}
+
+// A tool's panic is recorded with its stack, which never goes on the wire:
+// not in the result, not in the execution record served.
+func TestServer_NoStacksOnTheWire(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	code, _, body := f.post(t, "/v1/tools/test.panic/execute", agentToken, "application/json", `{"input":{"msg":"x"}}`)
+	raw, _ := json.Marshal(body)
+	if code != 200 || body["state"] != "ROLLED_BACK" || bytes.Contains(raw, []byte("goroutine")) || bytes.Contains(raw, []byte(`"stack"`)) {
+		t.Fatalf("%d: %s", code, raw)
+	}
+	id, _ := body["executionId"].(string)
+	rec, err := f.client(t, agentToken).Execution(context.Background(), id)
+	if err != nil || bytes.Contains(rec, []byte("goroutine")) || !bytes.Contains(rec, []byte("panic")) {
+		t.Fatalf("execution record: %v, %s", err, rec)
+	}
+	if stored, err := f.rt.Execution(context.Background(), id); err != nil || !strings.Contains(stored.Error.Stack, "goroutine") {
+		t.Errorf("the stack is no longer recorded on the server: %v", err)
 	}
 }
 
