@@ -613,7 +613,9 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 		sp.phase("rollback")
 		m.Fire(lifecycle.EventFail, cause.Error())
 	}
-	c.stage.discard() // before the rollback is recorded: the files are as they were
+	if c.r.store.Err() == nil {
+		c.stage.discard() // before the rollback is recorded: the files are as they were
+	} // else the commit's fate is unknown: the next Open renames or removes by what was committed
 	err := cause
 	hist := m.History()
 	final := c.final(rec, hist, cause)

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -140,19 +143,62 @@ func removeStaged(in fileIntent) {
 func (r *Runtime) applyStaged(ctx context.Context, intents []fileIntent, keys []string) error {
 	var done []string
 	var errs []error
+	type parked struct {
+		Intent fileIntent `json:"intent"`
+		Error  string     `json:"error"`
+		At     time.Time  `json:"at"`
+	}
+	failed := map[string][]byte{}
 	for i, in := range intents {
 		if err := finishIntent(in); err != nil {
+			// Parked, not retried: a later write to the same file must not
+			// be overwritten by this one on the next Open. The staged file
+			// stays for the operator; toolgate doctor lists it.
 			errs = append(errs, err)
+			failed[keys[i]], _ = json.Marshal(parked{Intent: in, Error: err.Error(), At: r.opts.Now().UTC()})
 			continue
 		}
 		done = append(done, keys[i])
 	}
-	if len(done) > 0 {
-		if err := r.store.DeleteState(context.WithoutCancel(ctx), filesNamespace, done...); err != nil {
-			errs = append(errs, err)
-		}
+	if len(done) == 0 && len(failed) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	err := r.store.UpdateState(context.WithoutCancel(ctx), func(v *txn.StateView) error {
+		for _, k := range done {
+			if err := v.Delete(filesNamespace, k); err != nil {
+				return err
+			}
+		}
+		for k, b := range failed {
+			if err := v.Delete(filesNamespace, k); err != nil {
+				return err
+			}
+			if err := v.Put(FailedWritesNamespace, k, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
+}
+
+// FailedWritesNamespace holds the committed file writes whose rename could
+// not be done (the directory is gone, a directory now sits at the target):
+// each with its staged file, the error and the time. They are never applied
+// by themselves; `toolgate doctor` lists them.
+const FailedWritesNamespace = reservedPrefix + "files.failed"
+
+// intentOrder sorts intent keys ("<execution id>/<n>") by execution id
+// (time-ordered UUIDv7), then by n as a number: the order of the writes.
+func intentOrder(a, b string) int {
+	ea, na, _ := strings.Cut(a, "/")
+	eb, nb, _ := strings.Cut(b, "/")
+	if c := strings.Compare(ea, eb); c != 0 {
+		return c
+	}
+	ia, _ := strconv.Atoi(na)
+	ib, _ := strconv.Atoi(nb)
+	return ia - ib
 }
 
 // finishIntent does one committed rename, idempotently: a staged file that
@@ -186,16 +232,16 @@ func (r *Runtime) recoverStaged(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var intents []fileIntent
-	var keys []string
-	for k, v := range vals {
-		var in fileIntent
-		if err := json.Unmarshal(v, &in); err != nil {
+	keys := slices.SortedFunc(maps.Keys(vals), intentOrder) // in the order they were written
+	intents := make([]fileIntent, len(keys))
+	for i, k := range keys {
+		if err := json.Unmarshal(vals[k], &intents[i]); err != nil {
 			return fmt.Errorf("runtime: staged-file intent %s is corrupt: %w", k, err)
 		}
-		intents, keys = append(intents, in), append(keys, k)
 	}
-	if err := r.applyStaged(ctx, intents, keys); err != nil {
+	// A rename that cannot be done is parked (see applyStaged), not a reason
+	// to refuse to open: only an error of the store itself is.
+	if err := r.applyStaged(ctx, intents, keys); err != nil && r.store.Err() != nil {
 		return err
 	}
 	// Files staged by attempts the crash interrupted: never committed, so

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -227,5 +228,72 @@ func TestFileWrite_CrashDuringExecutionCleansStagedFiles(t *testing.T) {
 	}
 	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.staging"); len(vals) != 0 {
 		t.Errorf("pending records left: %v", vals)
+	}
+}
+
+// After a crash, the committed writes of one file are finished in the
+// order they were made: the last one wins, as it would have without the
+// crash.
+func TestFileWrite_RecoveryKeepsTheOrderOfWrites(t *testing.T) {
+	dir := t.TempDir()
+	opts := writeOpts(dir)
+	many := tool(decl("test.many", func(d *tools.Declaration) {
+		d.RequiredCapabilities = []capability.Capability{{Name: "filesystem.write", Scope: dir}}
+	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		for i := range 11 {
+			if _, err := env.FS("filesystem.write").WriteStaged("f.txt", []byte(strconv.Itoa(i)), 0o644); err != nil {
+				return msg{}, err
+			}
+		}
+		return in, nil
+	})
+	rt, path := openRuntime(t, opts, many)
+	tgruntime.SkipStagedApply(rt)
+	if _, err := rt.Execute(context.Background(), invoke("test.many", `{"msg":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(context.Background())
+	reg := tools.NewRegistry()
+	reg.Register(many)
+	opts.Registry = reg
+	rt2, err := tgruntime.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(context.Background())
+	if b, _ := os.ReadFile(filepath.Join(dir, "f.txt")); string(b) != "10" {
+		t.Fatalf("f.txt holds %q after recovery; want the last write, 10", b)
+	}
+}
+
+// A committed write whose rename cannot be done (a directory now sits at
+// the target) is parked, with its staged file, and does not stop Open.
+func TestFileWrite_UnfinishableRenameIsParked(t *testing.T) {
+	dir := t.TempDir()
+	opts := writeOpts(dir)
+	rt, path := openRuntime(t, opts, tools.FileWrite())
+	tgruntime.SkipStagedApply(rt)
+	if _, err := rt.Execute(context.Background(), invoke("file.write", writeInput("a.txt", "x"))); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(context.Background())
+	if err := os.MkdirAll(filepath.Join(dir, "a.txt", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reg := tools.NewRegistry()
+	reg.Register(tools.FileWrite())
+	opts.Registry = reg
+	rt2, err := tgruntime.Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open refused over a rename it cannot do: %v", err)
+	}
+	defer rt2.Close(context.Background())
+	ctx := context.Background()
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.files"); len(vals) != 0 {
+		t.Errorf("the intent is still pending: %v", vals)
+	}
+	parked, _ := tgruntime.StoreOf(rt2).StateValues(ctx, tgruntime.FailedWritesNamespace)
+	if len(parked) != 1 || len(stagedLeft(t, dir)) != 1 {
+		t.Fatalf("parked %v, staged files %v; want the write parked with its staged file", parked, stagedLeft(t, dir))
 	}
 }

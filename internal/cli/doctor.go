@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -125,6 +127,24 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		return c
 	}
 	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%d executions recorded)", path, len(recs))
+	parked, err := store.StateValues(ctx, tgruntime.FailedWritesNamespace)
+	if err != nil {
+		c.Status, c.Detail = checkFailed, err.Error()
+		return c
+	}
+	if len(parked) > 0 {
+		var first struct {
+			Intent struct{ Root, Target, Staged string } `json:"intent"`
+			Error  string                                `json:"error"`
+		}
+		for _, b := range parked {
+			json.Unmarshal(b, &first)
+			break
+		}
+		c.Status = checkFailed
+		c.Detail += fmt.Sprintf("; %d committed file writes could not be made visible (e.g. %s: %s); their staged files are kept next to their targets (%s)",
+			len(parked), filepath.Join(first.Intent.Root, first.Intent.Target), first.Error, first.Intent.Staged)
+	}
 	return c
 }
 
