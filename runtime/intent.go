@@ -94,7 +94,7 @@ type intentRecord struct {
 var ErrIntent = errors.New("runtime: intent refused")
 
 // IntentError is an intent that cannot be executed (or decided), and why.
-// Code is one of: intent_malformed, intent_not_found, intent_pending,
+// Code is one of: intent_malformed, intent_not_found, intent_corrupt, intent_pending,
 // intent_rejected, intent_hash_mismatch, intent_tool_changed,
 // intent_already_executed, intent_in_flight, intent_decided. It also
 // matches ErrAuthorization: the invocation is not authorized to run.
@@ -391,6 +391,11 @@ func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *too
 	in, err := r.Intent(ctx, id)
 	if err != nil {
 		return nil, nil, err
+	}
+	// The stored hash is not trusted: the intent must still hash to it.
+	if h, err := IntentHash(in.Tool, in.Version, in.Input); err != nil || h != in.Hash {
+		return refuse(in, &IntentError{Code: "intent_corrupt", IntentID: id,
+			Reason: "the stored intent no longer hashes to its hash: it was changed outside toolgate; it was not run"})
 	}
 	switch in.Status {
 	case IntentPending:

@@ -249,3 +249,36 @@ func TestIntent_ConcurrentExecutionsRunOnce(t *testing.T) {
 	}
 	t.Logf("outcomes of %d executions: %v", n, codes)
 }
+
+// An intent changed in the database (outside toolgate) is refused: the
+// stored hash is checked against the stored content, not trusted; an
+// unreadable record fails closed.
+func TestIntent_CorruptRecord(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	ctx := context.Background()
+	in, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"rm nothing"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	store := tgruntime.StoreOf(rt)
+	raw, _, _ := store.StateValue(ctx, "toolgate.intents", in.ID)
+	tampered := strings.Replace(string(raw), "rm nothing", "rm everything", 1)
+	if err := store.PutState(ctx, "toolgate.intents", in.ID, []byte(tampered)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, in.ID, in.Hash); intentCode(err) != "intent_corrupt" {
+		t.Fatalf("a tampered intent: %v", err)
+	}
+	if v, _ := stateOf(t, rt); v != "" {
+		t.Fatalf("the tampered intent ran: %q", v)
+	}
+	if err := store.PutState(ctx, "toolgate.intents", in.ID, []byte(`{"id":`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, in.ID, in.Hash); !errors.Is(err, tgruntime.ErrState) {
+		t.Fatalf("an unreadable intent: %v", err)
+	}
+}
