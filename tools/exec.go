@@ -338,6 +338,8 @@ func processEnv(command string, env *Env, vars map[string]string) ([]string, err
 			return nil, argumentError(command, "env."+k, "not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
 		case strings.ContainsRune(v, 0):
 			return nil, argumentError(command, "env."+k, "contains a NUL byte")
+		case injects(k):
+			return nil, argumentError(command, "env."+k, "refused: it makes the dynamic loader or an interpreter load other code into the granted program")
 		case k == "PATH":
 			if err := checkSearchPath(v); err != nil {
 				return nil, argumentError(command, "env.PATH", err.Error())
@@ -348,6 +350,29 @@ func processEnv(command string, env *Env, vars map[string]string) ([]string, err
 		out = append(out, k+"="+v)
 	}
 	return out, nil
+}
+
+// injects reports an environment variable that makes a program load code
+// other than its own: the dynamic loader's (LD_PRELOAD, LD_LIBRARY_PATH,
+// LD_AUDIT, ...), glibc's (GCONV_PATH, GLIBC_TUNABLES, ...), and the
+// start-up hooks of shells, interpreters and git. A caller granted one
+// command must not be able to run other code through it this way.
+func injects(name string) bool {
+	up := strings.ToUpper(name)
+	for _, p := range []string{"LD_", "DYLD_", "MALLOC_", "GIT_CONFIG", "PYTHON", "PERL5", "RUBY", "NODE_", "BASH_FUNC_"} {
+		if strings.HasPrefix(up, p) {
+			return true
+		}
+	}
+	switch up {
+	case "GCONV_PATH", "GLIBC_TUNABLES", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NLSPATH",
+		"RESOLV_HOST_CONF", "RES_OPTIONS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH",
+		"PERLLIB", "PERLIO_DEBUG", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "GIT_ASKPASS", "GIT_EXTERNAL_DIFF",
+		"GIT_PAGER", "GIT_EDITOR", "GIT_PROXY_COMMAND", "SSH_ASKPASS", "EDITOR", "VISUAL", "PAGER",
+		"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LUA_INIT", "LUA_PATH", "LUA_CPATH":
+		return true
+	}
+	return false
 }
 
 // checkSearchPath refuses empty and relative entries, which would resolve

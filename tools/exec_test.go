@@ -300,6 +300,14 @@ func TestExecTools_EnvAllowlist(t *testing.T) {
 		{"NUL in value", map[string]string{"A": "x\x00y"}, "invalid_input", lifecycle.Failed},
 		{"relative PATH entry", map[string]string{"PATH": ".:/usr/bin"}, "invalid_argument", lifecycle.RolledBack},
 		{"empty PATH entry", map[string]string{"PATH": "/usr/bin::/bin"}, "invalid_argument", lifecycle.RolledBack},
+		{"LD_PRELOAD", map[string]string{"LD_PRELOAD": "/tmp/evil.so"}, "invalid_argument", lifecycle.RolledBack},
+		{"LD_LIBRARY_PATH", map[string]string{"LD_LIBRARY_PATH": "/tmp"}, "invalid_argument", lifecycle.RolledBack},
+		{"GCONV_PATH", map[string]string{"GCONV_PATH": "/tmp"}, "invalid_argument", lifecycle.RolledBack},
+		{"GIT_SSH_COMMAND", map[string]string{"GIT_SSH_COMMAND": "sh -c id"}, "invalid_argument", lifecycle.RolledBack},
+		{"GIT_CONFIG_COUNT", map[string]string{"GIT_CONFIG_COUNT": "1"}, "invalid_argument", lifecycle.RolledBack},
+		{"BASH_ENV", map[string]string{"BASH_ENV": "/tmp/x"}, "invalid_argument", lifecycle.RolledBack},
+		{"PYTHONSTARTUP", map[string]string{"PYTHONSTARTUP": "/tmp/x.py"}, "invalid_argument", lifecycle.RolledBack},
+		{"lowercase ld_preload", map[string]string{"ld_preload": "/tmp/evil.so"}, "invalid_argument", lifecycle.RolledBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := execute(t, rt, tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"env"}, "env": tc.env})
