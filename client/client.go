@@ -237,6 +237,25 @@ func (c *Client) Propose(ctx context.Context, inv Invocation) (*Intent, error) {
 	return &in, err
 }
 
+// ExecuteIntent runs an approved intent, at most once. An intent that ran
+// already is a 409 (ErrConflict) whose Error.Result is the stored outcome.
+func (c *Client) ExecuteIntent(ctx context.Context, id, hash string) (*Result, error) {
+	body, _ := json.Marshal(map[string]string{"hash": hash})
+	var res Result
+	resp, err := c.do(ctx, http.MethodPost, "/v1/intents/"+url.PathEscape(id)+"/execute", nil, body, &res)
+	if err != nil {
+		return resultOf(err), err
+	}
+	if res.State != "COMPLETED" {
+		e := &Error{Status: resp.StatusCode, Title: "Not completed: " + res.State, Result: &res}
+		if res.Error != nil {
+			e.Code, e.Detail = res.Error.Code, res.Error.Message
+		}
+		return &res, e
+	}
+	return &res, nil
+}
+
 // Approve approves an intent (the token must be an approver's).
 func (c *Client) Approve(ctx context.Context, id string) (*Intent, error) {
 	var in Intent

@@ -30,7 +30,8 @@ from the policy (--policy), never from the caller.
   POST /v1/tools/{name}/execute   {"input": ..., "version": "...", "callId": "..."}
                                   headers: Authorization, Idempotency-Key, traceparent
   GET  /v1/tools, /v1/tools/{name}, /v1/executions/{id}
-  POST /v1/intents, /v1/intents/{id}/approve (approver tokens only)
+  POST /v1/intents, /v1/intents/{id}/approve (approver tokens only),
+       /v1/intents/{id}/execute {"hash": "..."}
   GET  /healthz, /readyz
 
 Statuses: 200 COMPLETED or a tool-level failure in the result; 400 malformed;

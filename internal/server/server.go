@@ -76,6 +76,7 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.getExecution))
 	mux.HandleFunc("POST /v1/intents", s.auth(s.propose))
 	mux.HandleFunc("POST /v1/intents/{id}/approve", s.auth(s.approve))
+	mux.HandleFunc("POST /v1/intents/{id}/execute", s.auth(s.executeIntent))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -496,6 +497,56 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusOK, in)
+	}
+}
+
+// executeIntentRequest is the body of POST /v1/intents/{id}/execute.
+type executeIntentRequest struct {
+	Hash string `json:"hash"`
+}
+
+// executeIntent runs an approved intent, at most once.
+func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+	var req executeIntentRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
+		return
+	}
+	if wait, ok := s.limit(who.Principal, "intent"); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
+		return
+	}
+	res, err := s.rt.Execute(context.WithoutCancel(r.Context()), tgruntime.Invocation{
+		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal})
+	var ie *tgruntime.IntentError
+	if !errors.As(err, &ie) {
+		s.answer(w, res, err)
+		return
+	}
+	withoutStacks(res)
+	ext := map[string]any{"code": ie.Code}
+	if res != nil {
+		ext["result"] = res // a replay: the stored outcome, with when it ran
+	}
+	switch ie.Code {
+	case "intent_malformed":
+		problem(w, http.StatusBadRequest, "intent-malformed", "Malformed intent id or hash", err.Error(), ext)
+	case "intent_not_found":
+		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", ext)
+	case "intent_pending", "intent_rejected":
+		problem(w, http.StatusForbidden, "intent-not-approved", "Intent not approved", err.Error(), ext)
+	case "intent_in_flight", "intent_already_executed":
+		problem(w, http.StatusConflict, "intent-executed", "Intent already executed", err.Error(), ext)
+	default: // hash mismatch, tool changed, corrupt
+		problem(w, http.StatusUnprocessableEntity, "intent-refused", "Intent refused", err.Error(), ext)
 	}
 }
 

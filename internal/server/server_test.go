@@ -330,6 +330,26 @@ func TestServer_StatusCodes(t *testing.T) {
 	if _, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 {
 		t.Errorf("an invalid proposal: %v", err)
 	}
+	// Executing intents remotely: approved and unchanged, at most once.
+	pending, _ := agent.Propose(ctx, inv("test.echo", `{"msg":"p"}`))
+	if _, err := agent.ExecuteIntent(ctx, pending.ID, pending.Hash); status(err) != 403 {
+		t.Errorf("a pending intent: %v", err)
+	}
+	if _, err := agent.ExecuteIntent(ctx, it.ID, strings.Repeat("0", 64)); status(err) != 422 {
+		t.Errorf("a wrong hash: %v", err)
+	}
+	if _, err := agent.ExecuteIntent(ctx, "not-a-uuid", it.Hash); status(err) != 400 {
+		t.Errorf("a malformed id: %v", err)
+	}
+	ran, err := agent.ExecuteIntent(ctx, it.ID, it.Hash)
+	if err != nil || ran.State != "COMPLETED" || ran.IntentID != it.ID {
+		t.Fatalf("an approved intent: %v, %+v", err, ran)
+	}
+	_, err = agent.ExecuteIntent(ctx, it.ID, it.Hash)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 409 || !errors.Is(err, client.ErrConflict) || ce.Result == nil || !ce.Result.Replayed || ce.Result.ExecutionID != ran.ExecutionID {
+		t.Fatalf("the second execution: %v", err)
+	}
 
 	// Reads.
 	if ts, err := agent.Tools(ctx); err != nil || len(ts) != 4 {
