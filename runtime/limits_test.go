@@ -199,3 +199,22 @@ func TestExecute_WriteSetBoundedByMaxMemory(t *testing.T) {
 		t.Fatalf("a write of the aborted attempt is visible: %d bytes", len(v))
 	}
 }
+
+// Rewriting one key does not add up: the write-set holds its last value
+// only, so the bound counts that.
+func TestExecute_WriteSetCountsOverwritesOnce(t *testing.T) {
+	rewriter := tool(decl("test.rewrite", func(d *tools.Declaration) { d.ResourceLimits.MaxMemory = 1 << 20 }),
+		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			chunk := make([]byte, 64<<10)
+			for range 100 { // 6.4 MB written, 64 KiB buffered
+				if err := env.State.Put("test", "same", chunk); err != nil {
+					return msg{}, err
+				}
+			}
+			return in, nil
+		})
+	rt, _ := openRuntime(t, nil, rewriter)
+	if _, err := rt.Execute(context.Background(), invoke("test.rewrite", `{"msg":"x"}`)); err != nil {
+		t.Fatalf("rewriting one key hit the limit: %v", err)
+	}
+}

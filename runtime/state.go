@@ -1,7 +1,7 @@
 package runtime
 
 import (
-	"sync/atomic"
+	"sync"
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/tools"
@@ -19,9 +19,32 @@ type stateHandle struct {
 	// maxBytes bounds what the attempt buffers in its write-set (the
 	// declared maxMemory; 0: unbounded): memory the runtime holds on the
 	// tool's behalf, so it is the part of an in-process tool's memory the
-	// runtime can bound. buffered counts every key and value put.
+	// runtime can bound. buffered is the size of the write-set now: each
+	// key and value put, an overwrite replacing what it overwrote.
 	maxBytes int64
-	buffered atomic.Int64
+	mu       sync.Mutex
+	buffered int64
+	sizes    map[string]int64 // namespace + "\x00" + key -> bytes buffered for it
+}
+
+// account changes the write-set's size for one key to n bytes, refusing a
+// growth past maxBytes.
+func (s *stateHandle) account(namespace, key string, n int64) error {
+	if s.maxBytes <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := namespace + "\x00" + key
+	got := s.buffered - s.sizes[k] + n
+	if got > s.maxBytes && n > s.sizes[k] {
+		return &tools.LimitError{Limit: "memory_limit", Max: s.maxBytes, Got: got}
+	}
+	if s.sizes == nil {
+		s.sizes = make(map[string]int64)
+	}
+	s.buffered, s.sizes[k] = got, n
+	return nil
 }
 
 var _ tools.State = (*stateHandle)(nil)
@@ -51,16 +74,17 @@ func (s *stateHandle) Put(namespace, key string, value []byte) error {
 	if err := s.allow(namespace, "state.write"); err != nil {
 		return err
 	}
-	n := int64(len(namespace) + len(key) + len(value))
-	if got := s.buffered.Add(n); s.maxBytes > 0 && got > s.maxBytes {
-		s.buffered.Add(-n)
-		return &tools.LimitError{Limit: "memory_limit", Max: s.maxBytes, Got: got}
+	if err := s.account(namespace, key, int64(len(namespace)+len(key)+len(value))); err != nil {
+		return err
 	}
 	return s.tx.Put(namespace, key, value)
 }
 
 func (s *stateHandle) Delete(namespace, key string) error {
 	if err := s.allow(namespace, "state.write"); err != nil {
+		return err
+	}
+	if err := s.account(namespace, key, int64(len(namespace)+len(key))); err != nil {
 		return err
 	}
 	return s.tx.Delete(namespace, key)

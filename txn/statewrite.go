@@ -54,8 +54,16 @@ func (v *StateView) buffer(namespace, key string, o op) error {
 // Scan returns the entries under prefix in key order, the view's own
 // writes included, at most limit of them (limit <= 0: all).
 func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
-	es := scanState(v.tx, namespace, prefix)
-	if own := v.writes[namespace]; len(own) > 0 {
+	own := v.writes[namespace]
+	var es []Entry
+	if limit > 0 {
+		// The first limit entries are among the first limit+len(own)
+		// committed ones and the view's own: no need to read the rest.
+		es = scanStateN(v.tx, namespace, prefix, limit+len(own))
+	} else {
+		es = scanState(v.tx, namespace, prefix)
+	}
+	if len(own) > 0 {
 		es = slices.DeleteFunc(es, func(e Entry) bool { _, ok := own[e.Key]; return ok })
 		for k, o := range own {
 			if !o.deleted && strings.HasPrefix(k, prefix) {
@@ -115,4 +123,18 @@ func (s *Store) StateScan(ctx context.Context, namespace, prefix string) ([]Entr
 		return nil
 	})
 	return out, err
+}
+
+// scanStateN is scanState that stops after n entries.
+func scanStateN(tx *bolt.Tx, namespace, prefix string, n int) []Entry {
+	b := tx.Bucket(bucketState).Bucket([]byte(namespace))
+	if b == nil {
+		return nil
+	}
+	var out []Entry
+	c, p := b.Cursor(), []byte(prefix)
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && len(out) < n; k, v = c.Next() {
+		out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
+	}
+	return out
 }

@@ -153,3 +153,26 @@ func TestStore_StateScan(t *testing.T) {
 		t.Fatalf("an absent namespace: %v, %v", es, err)
 	}
 }
+
+// A limited scan with the view's own writes still returns the first keys:
+// committed, put by the view, and not deleted by it.
+func TestStateView_LimitedScanWithOwnWrites(t *testing.T) {
+	s := openStore(t)
+	seed(t, s, "sys", map[string]string{"b": "1", "c": "2", "d": "3", "e": "4"})
+	err := s.UpdateState(context.Background(), func(v *txn.StateView) error {
+		v.Delete("sys", "b")
+		v.Delete("sys", "c")
+		v.Put("sys", "a", []byte("0"))
+		var keys []string
+		for _, e := range v.Scan("sys", "", 2) {
+			keys = append(keys, e.Key)
+		}
+		if strings.Join(keys, ",") != "a,d" {
+			t.Errorf("Scan(limit 2) = %v; want a,d", keys)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
