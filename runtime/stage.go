@@ -47,7 +47,7 @@ type stager struct {
 	mu      sync.Mutex
 	intents []fileIntent
 	keys    []string
-	pending map[string]string // staged path (root + staged) -> its key in pendingNamespace
+	pending map[fileIntent]string // a staged file (Root, Staged) -> its key in pendingNamespace
 }
 
 func (s *stager) Prepare(root, staged string) error {
@@ -57,7 +57,7 @@ func (s *stager) Prepare(root, staged string) error {
 		return txn.ErrTxDone
 	}
 	if s.pending == nil {
-		s.pending = make(map[string]string)
+		s.pending = make(map[fileIntent]string)
 	}
 	key := s.tx.ID() + "/" + strconv.Itoa(len(s.pending))
 	b, err := json.Marshal(fileIntent{Root: root, Staged: staged})
@@ -67,7 +67,7 @@ func (s *stager) Prepare(root, staged string) error {
 	if err := s.store.PutState(s.ctx, pendingNamespace, key, b); err != nil {
 		return err
 	}
-	s.pending[filepath.Join(root, staged)] = key
+	s.pending[fileIntent{Root: root, Staged: staged}] = key
 	return nil
 }
 
@@ -83,7 +83,7 @@ func (s *stager) Stage(root, staged, target string) error {
 		return err
 	}
 	// Committed, the intent takes over from the pending record.
-	if pk, ok := s.pending[filepath.Join(root, staged)]; ok {
+	if pk, ok := s.pending[fileIntent{Root: root, Staged: staged}]; ok {
 		if err := s.tx.Delete(pendingNamespace, pk); err != nil {
 			return err
 		}
@@ -112,9 +112,9 @@ func (s *stager) discard() {
 	s.mu.Lock()
 	var keys []string
 	var files []fileIntent
-	for path, key := range s.pending {
+	for f, key := range s.pending {
 		keys = append(keys, key)
-		files = append(files, fileIntent{Root: filepath.Dir(path), Staged: filepath.Base(path)})
+		files = append(files, f) // the root as granted: never re-derived from a path that a symlink could redirect
 	}
 	s.mu.Unlock()
 	for _, f := range files {
