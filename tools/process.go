@@ -39,8 +39,11 @@ type Command struct {
 	Args []string
 	// Dir is the working directory: at or below a granted
 	// filesystem.read or filesystem.write scope, relative to the Env's
-	// WorkDir. "" runs the process in a fresh empty directory, removed
-	// afterwards.
+	// WorkDir, checked with its symbolic links resolved. "" runs the
+	// process in a fresh empty directory, removed afterwards. The check
+	// happens before the start: a link swapped in between is not caught.
+	// That is acceptable because the working directory is no boundary: a
+	// process reads and writes whatever its user may.
 	Dir string
 	// Env is the child's whole environment, KEY=VALUE. Nothing is
 	// inherited: nil is an empty environment.
