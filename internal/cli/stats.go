@@ -41,6 +41,10 @@ attempts started within the given Go duration (30m, 24h, 168h for a week),
                finished: a call that succeeded on a retry counts as a success
   P50 P95 P99  latency (end - start) of the finished attempts, nearest rank
 
+Then, for tools declared deterministic, any input (by its canonical hash)
+whose COMPLETED attempts returned different outputs (RFC-0001 4.2.5): the
+tool broke its declaration.
+
 With --json, print {"since": CUTOFF or null, "tools": {TOOL: STATS}, "total":
 STATS}: counts, rates as fractions from 0 to 1 (0 when there is nothing to
 divide), and p50_ms, p95_ms, p99_ms in milliseconds (0 without samples;
@@ -61,6 +65,17 @@ latency_samples says how many).
 				cutoff = time.Now().Add(-since)
 			}
 			st := newStatsSet()
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			deterministic := map[string]bool{}
+			for _, e := range reg.Entries() {
+				if d := e.Declaration(); d.Deterministic {
+					deterministic[d.Key()] = true
+				}
+			}
+			dc := newDeterminismCheck(deterministic)
 			store, err := g.openReadOnly()
 			if err != nil {
 				return err
@@ -79,13 +94,19 @@ latency_samples says how many).
 						continue
 					}
 					st.add(r)
+					dc.add(r)
 				}
 			}
 			rep := st.report(cutoff)
+			rep.Nondeterministic = dc.result()
 			if g.json {
 				return encodeJSON(stdio, rep)
 			}
-			return writeStats(stdio.Out, rep, cutoff, since)
+			if err := writeStats(stdio.Out, rep, cutoff, since); err != nil {
+				return err
+			}
+			writeDivergences(stdio.Out, rep.Nondeterministic)
+			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only attempts started within this duration, e.g. 1h or 24h (default: all)")
@@ -98,6 +119,9 @@ type statsReport struct {
 	Since *string               `json:"since"` // the cutoff, RFC 3339; null without --since
 	Tools map[string]*toolStats `json:"tools"`
 	Total *toolStats            `json:"total"`
+	// Nondeterministic lists the inputs of tools declared deterministic
+	// that gave different outputs (RFC-0001 4.2.5).
+	Nondeterministic []divergence `json:"nondeterministic"`
 }
 
 // toolStats are the statistics of a set of attempts.
