@@ -1,0 +1,357 @@
+package tools
+
+import (
+	"encoding/json"
+	"runtime"
+	"sync"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// A fastSchema checks a value against a schema written in a small subset of
+// JSON Schema (type, properties, required, additionalProperties, items, and
+// annotations), straight from the value's bytes: no decoding into
+// map[string]any and none of the full validator's deep recursion, whose
+// stack is regrown on every call once the GC has shrunk it.
+//
+// It only ever proves a value valid. When it cannot (the value is invalid,
+// or uses something it does not handle, such as an escaped object key or a
+// non-integer number where an integer is expected), validateValue runs the
+// full validator, which decides and describes the problems. So a fastSchema
+// must never accept what the full validator refuses; it may refuse what the
+// full validator accepts.
+type fastSchema struct {
+	never    bool  // the false schema
+	types    uint8 // allowed types (fast* bits); 0 allows every type
+	props    map[string]*fastSchema
+	required []string // at most 64
+	noAddl   bool     // additionalProperties: false
+	addl     *fastSchema
+	items    *fastSchema
+}
+
+const (
+	fastObject uint8 = 1 << iota
+	fastArray
+	fastString
+	fastInteger
+	fastNumber // integers too
+	fastBoolean
+	fastNull
+)
+
+var fastTypes = map[string]uint8{
+	"object": fastObject, "array": fastArray, "string": fastString, "integer": fastInteger,
+	"number": fastNumber, "boolean": fastBoolean, "null": fastNull,
+}
+
+// fastKeywords are the keywords a fastSchema handles: the assertions
+// above, and annotations that assert nothing.
+var fastKeywords = map[string]bool{
+	"type": true, "properties": true, "required": true, "additionalProperties": true, "items": true,
+	"title": true, "description": true, "$comment": true, "default": true, "examples": true,
+}
+
+// buildFast returns the fastSchema of a decoded schema document, or nil if
+// the document uses anything a fastSchema does not handle.
+func buildFast(doc any, root bool) *fastSchema {
+	switch v := doc.(type) {
+	case bool:
+		return &fastSchema{never: !v}
+	case map[string]any:
+		f := &fastSchema{}
+		for k, kv := range v {
+			switch {
+			case k == "$schema" && root:
+				continue
+			case !fastKeywords[k]:
+				return nil
+			}
+			switch k {
+			case "type":
+				switch t := kv.(type) {
+				case string:
+					if fastTypes[t] == 0 {
+						return nil
+					}
+					f.types = fastTypes[t]
+				case []any:
+					if len(t) == 0 {
+						return nil
+					}
+					for _, e := range t {
+						s, _ := e.(string)
+						if fastTypes[s] == 0 {
+							return nil
+						}
+						f.types |= fastTypes[s]
+					}
+				default:
+					return nil
+				}
+			case "properties":
+				m, ok := kv.(map[string]any)
+				if !ok {
+					return nil
+				}
+				f.props = make(map[string]*fastSchema, len(m))
+				for name, sub := range m {
+					if f.props[name] = buildFast(sub, false); f.props[name] == nil {
+						return nil
+					}
+				}
+			case "required":
+				l, ok := kv.([]any)
+				if !ok || len(l) > 64 {
+					return nil
+				}
+				for _, e := range l {
+					s, ok := e.(string)
+					if !ok {
+						return nil
+					}
+					f.required = append(f.required, s)
+				}
+			case "additionalProperties":
+				if b, ok := kv.(bool); ok && !b {
+					f.noAddl = true
+				} else if f.addl = buildFast(kv, false); f.addl == nil {
+					return nil
+				}
+			case "items":
+				if f.items = buildFast(kv, false); f.items == nil {
+					return nil
+				}
+			}
+		}
+		return f
+	}
+	return nil
+}
+
+// fastSchemas maps each compiled schema (by address) to its fastSchema, if
+// it has one. An entry is removed once its schema is garbage.
+var fastSchemas sync.Map
+
+func rememberFast(s *jsonschema.Schema, f *fastSchema) {
+	if f == nil {
+		return
+	}
+	k := uintptr(unsafe.Pointer(s))
+	fastSchemas.Store(k, f)
+	// CompareAndDelete: a schema allocated later at the same address keeps
+	// its own entry.
+	runtime.AddCleanup(s, func(k uintptr) { fastSchemas.CompareAndDelete(k, f) }, k)
+}
+
+func fastOf(s *jsonschema.Schema) *fastSchema {
+	if f, ok := fastSchemas.Load(uintptr(unsafe.Pointer(s))); ok {
+		return f.(*fastSchema)
+	}
+	return nil
+}
+
+// valid reports whether raw, one JSON value in valid UTF-8, is proven valid
+// under f. raw must have passed json.Valid.
+func (f *fastSchema) valid(raw []byte) bool {
+	s := scanner{b: raw}
+	return f.check(&s)
+}
+
+// scanner walks JSON known to be syntactically valid.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str passes the string at s.i and returns its bytes between the quotes
+// and whether it has escapes.
+func (s *scanner) str() (raw []byte, escaped bool) {
+	s.i++
+	start := s.i
+	for {
+		switch s.b[s.i] {
+		case '"':
+			raw = s.b[start:s.i]
+			s.i++
+			return raw, escaped
+		case '\\':
+			escaped = true
+			s.i += 2
+		default:
+			s.i++
+		}
+	}
+}
+
+// skip passes the value at s.i.
+func (s *scanner) skip() {
+	s.ws()
+	switch s.b[s.i] {
+	case '"':
+		s.str()
+	case '{', '[':
+		depth := 0
+		for {
+			switch s.b[s.i] {
+			case '"':
+				s.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.i++
+			if depth == 0 {
+				return
+			}
+		}
+	default:
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return
+			}
+			s.i++
+		}
+	}
+}
+
+// check passes the value at s.i, reporting whether it is proven valid
+// under f. After false, s is left anywhere.
+func (f *fastSchema) check(s *scanner) bool {
+	if f.never {
+		return false
+	}
+	s.ws()
+	var t uint8
+	switch c := s.b[s.i]; {
+	case c == '{':
+		if f.types != 0 && f.types&fastObject == 0 {
+			return false
+		}
+		return f.object(s)
+	case c == '[':
+		if f.types != 0 && f.types&fastArray == 0 {
+			return false
+		}
+		return f.array(s)
+	case c == '"':
+		t = fastString
+		s.str()
+	case c == 't' || c == 'f' || c == 'n':
+		t = fastBoolean
+		if c == 'n' {
+			t = fastNull
+		}
+		s.skip()
+	default:
+		start := s.i
+		s.skip()
+		t = fastNumber
+		if f.types != 0 && f.types&fastNumber == 0 {
+			// Only an integer will do; a fraction or exponent may still
+			// be one (1.0, 1e2), which the full validator decides.
+			for _, c := range s.b[start:s.i] {
+				if c == '.' || c == 'e' || c == 'E' {
+					return false
+				}
+			}
+			t = fastInteger
+		}
+	}
+	return f.types == 0 || f.types&t != 0
+}
+
+func (f *fastSchema) object(s *scanner) bool {
+	s.i++ // {
+	var seen uint64
+	s.ws()
+	if s.b[s.i] == '}' {
+		s.i++
+	} else {
+		for {
+			s.ws()
+			key, escaped := s.str()
+			if escaped {
+				return false // its name is not its bytes
+			}
+			s.ws()
+			s.i++ // :
+			for i, r := range f.required {
+				if r == string(key) {
+					seen |= 1 << i
+				}
+			}
+			switch sub, ok := f.props[string(key)]; {
+			case ok:
+				if !sub.check(s) {
+					return false
+				}
+			case f.noAddl:
+				return false
+			case f.addl != nil:
+				if !f.addl.check(s) {
+					return false
+				}
+			default:
+				s.skip()
+			}
+			s.ws()
+			if s.b[s.i] == ',' {
+				s.i++
+				continue
+			}
+			s.i++ // }
+			break
+		}
+	}
+	return seen == 1<<len(f.required)-1
+}
+
+func (f *fastSchema) array(s *scanner) bool {
+	if f.items == nil {
+		s.skip()
+		return true
+	}
+	s.i++ // [
+	s.ws()
+	if s.b[s.i] == ']' {
+		s.i++
+		return true
+	}
+	for {
+		if !f.items.check(s) {
+			return false
+		}
+		s.ws()
+		if s.b[s.i] == ',' {
+			s.i++
+			continue
+		}
+		s.i++ // ]
+		return true
+	}
+}
+
+// fastValid reports whether raw is proven valid under s's fastSchema: one
+// JSON value in valid UTF-8 (as decodeJSON requires) that the fastSchema
+// accepts. False says nothing; the full validator decides.
+func fastValid(s *jsonschema.Schema, raw []byte) bool {
+	f := fastOf(s)
+	return f != nil && utf8.Valid(raw) && json.Valid(raw) && f.valid(raw)
+}

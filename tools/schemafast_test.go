@@ -1,0 +1,105 @@
+package tools
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// fastSchemaDocs are schemas a fastSchema handles, and some it must not.
+var fastSchemaDocs = map[string]struct {
+	doc  string
+	fast bool // buildFast gives a fastSchema
+}{
+	"object": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"n": {"type": "integer", "description": "n"}, "s": {"type": ["string", "null"], "description": "s"}},
+		"required": ["n"], "additionalProperties": false}`, true},
+	"nested": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"list": {"type": "array", "description": "l", "items": {"type": "object", "properties": {"x": {"type": "number", "description": "x"}}, "required": ["x"]}},
+		"b": {"type": "boolean", "description": "b"}, "any": {"type": ["object", "array", "string", "number", "boolean", "null"], "description": "a"}},
+		"required": ["list", "b"], "additionalProperties": {"type": "string"}}`, true},
+	"open": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {}, "required": []}`, true},
+	"pattern": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "string", "description": "p", "pattern": "^a"}}, "required": []}`, false},
+	"minimum": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "integer", "description": "p", "minimum": 3}}, "required": ["p"]}`, false},
+	"format": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "string", "description": "p", "format": "date-time"}}, "required": []}`, false},
+}
+
+// fastValues are values to check under every schema: valid, invalid,
+// malformed, and the forms a fastSchema leaves to the full validator.
+var fastValues = []string{
+	`{"n":1}`, `{"n":-0}`, `{"n":1,"s":"x"}`, `{"n":1,"s":null}`, `{"n":1,"s":1}`, `{"n":1.0}`, `{"n":1e2}`, `{"n":1.5}`,
+	`{"n":"1"}`, `{}`, `{"s":"x"}`, `{"n":1,"x":2}`, `{"n":1,"n":"x"}`, `{"n":"x","n":1}`, `{"\u006e":1}`, `{"n":1,"\u0078":"y"}`,
+	` { "n" : 1 } `, `{"n":1} x`, `{"n":1`, `[]`, `null`, `1`, `"s"`, `true`, "{\"n\":1,\"s\":\"\xff\"}", `{"n":1,"s":"a\"b\\"}`,
+	`{"list":[],"b":true}`, `{"list":[{"x":1},{"x":2.5e3}],"b":false}`, `{"list":[{"y":1}],"b":false}`, `{"list":[{"x":"1"}],"b":false}`,
+	`{"list":[],"b":true,"extra":"s"}`, `{"list":[],"b":true,"extra":1}`, `{"list":[],"b":null}`, `{"list":{},"b":true}`,
+	`{"list":[],"b":true,"any":{"deep":[1,{"a":"]}"},[]]}}`, `{"list":[],"b":true,"any":[1,"x",null,true,{}]}`,
+	`{"p":"abc"}`, `{"p":"bcd"}`, `{"p":5}`, `{"p":2}`, `{"p":"2024-01-01T00:00:00Z"}`, `{"p":"yesterday"}`,
+}
+
+// TestFastSchema_neverAcceptsWhatTheValidatorRefuses checks every value
+// under every schema: a fastSchema accepts only what the full validator
+// accepts, and the values it is meant to handle it does accept.
+func TestFastSchema_neverAcceptsWhatTheValidatorRefuses(t *testing.T) {
+	for name, c := range fastSchemaDocs {
+		s, err := compileSchema("test", "inputSchema", json.RawMessage(c.doc))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := fastOf(s) != nil; got != c.fast {
+			t.Fatalf("%s: has a fastSchema = %v, want %v", name, got, c.fast)
+		}
+		for _, v := range fastValues {
+			fast := fastValid(s, []byte(v))
+			full := fullValid(s, []byte(v))
+			if fast && !full {
+				t.Errorf("%s: %s: the fastSchema accepts what the validator refuses", name, v)
+			}
+			if _, err := validateValue(s, "input", []byte(v)); (err == nil) != full {
+				t.Errorf("%s: %s: validateValue error %v, the validator says valid = %v", name, v, err, full)
+			}
+		}
+	}
+	// What the fast path is for: the common forms are proven without the
+	// full validator.
+	s, _ := compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs["object"].doc))
+	for _, v := range []string{`{"n":1}`, `{"n":1,"s":null}`, ` { "n" : 1 } `, `{"n":1,"n":2}`} {
+		if !fastValid(s, []byte(v)) {
+			t.Errorf("%s: not proven valid by the fastSchema", v)
+		}
+	}
+}
+
+func fullValid(s *jsonschemaSchema, raw []byte) bool {
+	v, err := decodeJSON(raw)
+	return err == nil && s.Validate(v) == nil
+}
+
+// FuzzFastSchema checks random values under the schemas with a fastSchema.
+func FuzzFastSchema(f *testing.F) {
+	for _, v := range fastValues {
+		f.Add(v)
+	}
+	var schemas []*jsonschemaSchema
+	for _, c := range fastSchemaDocs {
+		if c.fast {
+			s, err := compileSchema("test", "inputSchema", json.RawMessage(c.doc))
+			if err != nil {
+				f.Fatal(err)
+			}
+			schemas = append(schemas, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, s := range schemas {
+			if fastValid(s, []byte(v)) && !fullValid(s, []byte(v)) {
+				t.Fatalf("%q: the fastSchema accepts what the validator refuses", v)
+			}
+		}
+	})
+}
+
+type jsonschemaSchema = jsonschema.Schema
