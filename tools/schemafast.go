@@ -3,6 +3,8 @@ package tools
 import (
 	"encoding/json"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 	"unsafe"
@@ -11,8 +13,8 @@ import (
 )
 
 // A fastSchema checks a value against a schema written in a small subset of
-// JSON Schema (type, properties, required, additionalProperties, items, and
-// annotations), straight from the value's bytes: no decoding into
+// JSON Schema (type, properties, required, additionalProperties, items,
+// minLength, maxLength, and annotations), straight from the value's bytes: no decoding into
 // map[string]any and none of the full validator's deep recursion, whose
 // stack is regrown on every call once the GC has shrunk it.
 //
@@ -30,6 +32,8 @@ type fastSchema struct {
 	noAddl   bool     // additionalProperties: false
 	addl     *fastSchema
 	items    *fastSchema
+	minLen   int // of a string, in runes; -1 if not set
+	maxLen   int
 }
 
 const (
@@ -51,6 +55,7 @@ var fastTypes = map[string]uint8{
 // above, and annotations that assert nothing.
 var fastKeywords = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true, "items": true,
+	"minLength": true, "maxLength": true,
 	"title": true, "description": true, "$comment": true, "default": true, "examples": true,
 }
 
@@ -59,9 +64,9 @@ var fastKeywords = map[string]bool{
 func buildFast(doc any, root bool) *fastSchema {
 	switch v := doc.(type) {
 	case bool:
-		return &fastSchema{never: !v}
+		return &fastSchema{never: !v, minLen: -1, maxLen: -1}
 	case map[string]any:
-		f := &fastSchema{}
+		f := &fastSchema{minLen: -1, maxLen: -1}
 		for k, kv := range v {
 			switch {
 			case k == "$schema" && root:
@@ -123,6 +128,22 @@ func buildFast(doc any, root bool) *fastSchema {
 			case "items":
 				if f.items = buildFast(kv, false); f.items == nil {
 					return nil
+				}
+			case "minLength", "maxLength":
+				// Only plain digits: the validator reads 64.0 or 6.4e1
+				// through a float, which is not worth repeating here.
+				n, ok := kv.(json.Number)
+				if !ok {
+					return nil
+				}
+				i, err := strconv.Atoi(string(n))
+				if err != nil || i < 0 || strings.TrimLeft(string(n), "0123456789") != "" {
+					return nil
+				}
+				if k == "minLength" {
+					f.minLen = i
+				} else {
+					f.maxLen = i
 				}
 			}
 		}
@@ -252,7 +273,16 @@ func (f *fastSchema) check(s *scanner) bool {
 		return f.array(s)
 	case c == '"':
 		t = fastString
-		s.str()
+		raw, escaped := s.str()
+		if f.minLen >= 0 || f.maxLen >= 0 {
+			if escaped {
+				return false // its length is not its bytes'
+			}
+			n := utf8.RuneCount(raw)
+			if f.minLen >= 0 && n < f.minLen || f.maxLen >= 0 && n > f.maxLen {
+				return false
+			}
+		}
 	case c == 't' || c == 'f' || c == 'n':
 		t = fastBoolean
 		if c == 'n' {

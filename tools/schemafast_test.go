@@ -19,6 +19,10 @@ var fastSchemaDocs = map[string]struct {
 		"properties": {"list": {"type": "array", "description": "l", "items": {"type": "object", "properties": {"x": {"type": "number", "description": "x"}}, "required": ["x"]}},
 		"b": {"type": "boolean", "description": "b"}, "any": {"type": ["object", "array", "string", "number", "boolean", "null"], "description": "a"}},
 		"required": ["list", "b"], "additionalProperties": {"type": "string"}}`, true},
+	"lengths": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"msg": {"type": "string", "description": "m", "minLength": 2, "maxLength": 4}}, "required": ["msg"], "additionalProperties": false}`, true},
+	"length float": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"msg": {"type": "string", "description": "m", "maxLength": 4.0}}, "required": []}`, false},
 	"open": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {}, "required": []}`, true},
 	"pattern": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
 		"properties": {"p": {"type": "string", "description": "p", "pattern": "^a"}}, "required": []}`, false},
@@ -37,6 +41,8 @@ var fastValues = []string{
 	`{"list":[],"b":true}`, `{"list":[{"x":1},{"x":2.5e3}],"b":false}`, `{"list":[{"y":1}],"b":false}`, `{"list":[{"x":"1"}],"b":false}`,
 	`{"list":[],"b":true,"extra":"s"}`, `{"list":[],"b":true,"extra":1}`, `{"list":[],"b":null}`, `{"list":{},"b":true}`,
 	`{"list":[],"b":true,"any":{"deep":[1,{"a":"]}"},[]]}}`, `{"list":[],"b":true,"any":[1,"x",null,true,{}]}`,
+	`{"msg":"a"}`, `{"msg":"ab"}`, `{"msg":"abcd"}`, `{"msg":"abcde"}`, `{"msg":"日本語"}`, `{"msg":"日本語日本"}`, `{"msg":"\u00e9\u00e9"}`,
+	`{"msg":"a\nb"}`, `{"msg":"\u00e9\u00e9\u00e9\u00e9\u00e9"}`, `{"msg":2}`, `{"msg":"ab","x":1}`,
 	`{"p":"abc"}`, `{"p":"bcd"}`, `{"p":5}`, `{"p":2}`, `{"p":"2024-01-01T00:00:00Z"}`, `{"p":"yesterday"}`,
 }
 
@@ -67,6 +73,12 @@ func TestFastSchema_neverAcceptsWhatTheValidatorRefuses(t *testing.T) {
 	// full validator.
 	s, _ := compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs["object"].doc))
 	for _, v := range []string{`{"n":1}`, `{"n":1,"s":null}`, ` { "n" : 1 } `, `{"n":1,"n":2}`} {
+		if !fastValid(s, []byte(v)) {
+			t.Errorf("%s: not proven valid by the fastSchema", v)
+		}
+	}
+	s, _ = compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs["lengths"].doc))
+	for _, v := range []string{`{"msg":"ab"}`, `{"msg":"日本語"}`, `{"msg":"abcd"}`} {
 		if !fastValid(s, []byte(v)) {
 			t.Errorf("%s: not proven valid by the fastSchema", v)
 		}
