@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 	"unsafe"
+	"weak"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -152,24 +153,32 @@ func buildFast(doc any, root bool) *fastSchema {
 	return nil
 }
 
-// fastSchemas maps each compiled schema (by address) to its fastSchema, if
-// it has one. An entry is removed once its schema is garbage.
+// fastSchemas maps each compiled schema (by address) to its fastEntry, if
+// it has a fastSchema. An entry is removed once its schema is garbage; and
+// since another schema may be allocated at the same address before that,
+// each entry also holds a weak pointer to its own schema, which a lookup
+// checks.
 var fastSchemas sync.Map
 
+type fastEntry struct {
+	schema weak.Pointer[jsonschema.Schema]
+	fast   *fastSchema
+}
+
 func rememberFast(s *jsonschema.Schema, f *fastSchema) {
+	k := uintptr(unsafe.Pointer(s))
 	if f == nil {
+		fastSchemas.Delete(k) // a dead schema's entry, if any
 		return
 	}
-	k := uintptr(unsafe.Pointer(s))
-	fastSchemas.Store(k, f)
-	// CompareAndDelete: a schema allocated later at the same address keeps
-	// its own entry.
-	runtime.AddCleanup(s, func(k uintptr) { fastSchemas.CompareAndDelete(k, f) }, k)
+	e := &fastEntry{schema: weak.Make(s), fast: f}
+	fastSchemas.Store(k, e)
+	runtime.AddCleanup(s, func(k uintptr) { fastSchemas.CompareAndDelete(k, e) }, k)
 }
 
 func fastOf(s *jsonschema.Schema) *fastSchema {
-	if f, ok := fastSchemas.Load(uintptr(unsafe.Pointer(s))); ok {
-		return f.(*fastSchema)
+	if e, ok := fastSchemas.Load(uintptr(unsafe.Pointer(s))); ok && e.(*fastEntry).schema.Value() == s {
+		return e.(*fastEntry).fast
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"encoding/json"
+	"runtime"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -115,3 +116,25 @@ func FuzzFastSchema(f *testing.F) {
 }
 
 type jsonschemaSchema = jsonschema.Schema
+
+// TestFastSchema_addressReused compiles many schemas, with and without a
+// fastSchema, letting the earlier ones die: a schema allocated where a dead
+// one was must never be checked by the dead one's fastSchema.
+func TestFastSchema_addressReused(t *testing.T) {
+	for i := range 2000 {
+		name := "object"
+		if i%2 == 1 {
+			name = "minimum"
+		}
+		s, err := compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs[name].doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fastOf(s) != nil; got != fastSchemaDocs[name].fast {
+			t.Fatalf("schema %d (%s): has a fastSchema = %v", i, name, got)
+		}
+		if i%100 == 0 {
+			runtime.GC()
+		}
+	}
+}
