@@ -2,6 +2,7 @@ package tools
 
 import (
 	"encoding/json"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // A fastSchema checks a value against a schema written in a small subset of
 // JSON Schema (type, properties, required, additionalProperties, items,
-// minLength, maxLength, and annotations), straight from the value's bytes: no decoding into
+// minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum, and annotations), straight from the value's bytes: no decoding into
 // map[string]any and none of the full validator's deep recursion, whose
 // stack is regrown on every call once the GC has shrunk it.
 //
@@ -35,6 +37,10 @@ type fastSchema struct {
 	items    *fastSchema
 	minLen   int // of a string, in runes; -1 if not set
 	maxLen   int
+	pattern  *regexp.Regexp
+	// Bounds of a number, when set: only integers within int64, in both
+	// the schema and the value, are compared here.
+	min, max, exMin, exMax *int64
 }
 
 const (
@@ -56,7 +62,8 @@ var fastTypes = map[string]uint8{
 // above, and annotations that assert nothing.
 var fastKeywords = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true, "items": true,
-	"minLength": true, "maxLength": true,
+	"minLength": true, "maxLength": true, "pattern": true,
+	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
 	"title": true, "description": true, "$comment": true, "default": true, "examples": true,
 }
 
@@ -146,11 +153,54 @@ func buildFast(doc any, root bool) *fastSchema {
 				} else {
 					f.maxLen = i
 				}
+			case "pattern":
+				// Compiled as the validator compiles it; it matches the
+				// decoded string, which fastSchema only checks when that
+				// is the raw bytes.
+				src, ok := kv.(string)
+				if !ok {
+					return nil
+				}
+				re, err := regexp.Compile(src)
+				if err != nil {
+					return nil
+				}
+				f.pattern = re
+			case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
+				n, ok := kv.(json.Number)
+				if !ok {
+					return nil
+				}
+				i, ok := plainInt(n)
+				if !ok {
+					return nil
+				}
+				switch k {
+				case "minimum":
+					f.min = &i
+				case "maximum":
+					f.max = &i
+				case "exclusiveMinimum":
+					f.exMin = &i
+				default:
+					f.exMax = &i
+				}
 			}
 		}
 		return f
 	}
 	return nil
+}
+
+// plainInt returns n as an int64 if it is written as one: an optional minus
+// and digits only, within range.
+func plainInt(n json.Number) (int64, bool) {
+	d := strings.TrimPrefix(string(n), "-")
+	if d == "" || strings.TrimLeft(d, "0123456789") != "" {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	return i, err == nil
 }
 
 // fastSchemas maps each compiled schema (by address) to its fastEntry, if
@@ -283,12 +333,15 @@ func (f *fastSchema) check(s *scanner) bool {
 	case c == '"':
 		t = fastString
 		raw, escaped := s.str()
-		if f.minLen >= 0 || f.maxLen >= 0 {
+		if f.minLen >= 0 || f.maxLen >= 0 || f.pattern != nil {
 			if escaped {
-				return false // its length is not its bytes'
+				return false // the decoded string is not its bytes
 			}
 			n := utf8.RuneCount(raw)
 			if f.minLen >= 0 && n < f.minLen || f.maxLen >= 0 && n > f.maxLen {
+				return false
+			}
+			if f.pattern != nil && !f.pattern.Match(raw) {
 				return false
 			}
 		}
@@ -311,6 +364,14 @@ func (f *fastSchema) check(s *scanner) bool {
 				}
 			}
 			t = fastInteger
+		}
+		if f.min != nil || f.max != nil || f.exMin != nil || f.exMax != nil {
+			v, ok := plainInt(json.Number(s.b[start:s.i]))
+			if !ok ||
+				f.min != nil && v < *f.min || f.max != nil && v > *f.max ||
+				f.exMin != nil && v <= *f.exMin || f.exMax != nil && v >= *f.exMax {
+				return false
+			}
 		}
 	}
 	return f.types == 0 || f.types&t != 0

@@ -26,9 +26,16 @@ var fastSchemaDocs = map[string]struct {
 		"properties": {"msg": {"type": "string", "description": "m", "maxLength": 4.0}}, "required": []}`, false},
 	"open": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {}, "required": []}`, true},
 	"pattern": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-		"properties": {"p": {"type": "string", "description": "p", "pattern": "^a"}}, "required": []}`, false},
+		"properties": {"p": {"type": "string", "description": "p", "pattern": "^a"}}, "required": []}`, true},
 	"minimum": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-		"properties": {"p": {"type": "integer", "description": "p", "minimum": 3}}, "required": ["p"]}`, false},
+		"properties": {"p": {"type": "integer", "description": "p", "minimum": 3}}, "required": ["p"]}`, true},
+	"bounds": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "number", "description": "p", "exclusiveMinimum": -2, "maximum": 9007199254740993},
+		"q": {"type": ["integer", "string"], "description": "q", "minimum": 0, "exclusiveMaximum": 10, "pattern": "^[a-z]+$"}}, "required": []}`, true},
+	"bound fraction": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "number", "description": "p", "minimum": 0.5}}, "required": []}`, false},
+	"enum": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": "string", "description": "p", "enum": ["a"]}}, "required": []}`, false},
 	"format": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
 		"properties": {"p": {"type": "string", "description": "p", "format": "date-time"}}, "required": []}`, false},
 }
@@ -44,7 +51,9 @@ var fastValues = []string{
 	`{"list":[],"b":true,"any":{"deep":[1,{"a":"]}"},[]]}}`, `{"list":[],"b":true,"any":[1,"x",null,true,{}]}`,
 	`{"msg":"a"}`, `{"msg":"ab"}`, `{"msg":"abcd"}`, `{"msg":"abcde"}`, `{"msg":"日本語"}`, `{"msg":"日本語日本"}`, `{"msg":"\u00e9\u00e9"}`,
 	`{"msg":"a\nb"}`, `{"msg":"\u00e9\u00e9\u00e9\u00e9\u00e9"}`, `{"msg":2}`, `{"msg":"ab","x":1}`,
-	`{"p":"abc"}`, `{"p":"bcd"}`, `{"p":5}`, `{"p":2}`, `{"p":"2024-01-01T00:00:00Z"}`, `{"p":"yesterday"}`,
+	`{"p":"abc"}`, `{"p":"bcd"}`, `{"p":5}`, `{"p":2}`, `{"p":3}`, `{"p":-2}`, `{"p":-1}`, `{"p":3.5}`, `{"p":1e1}`, `{"p":-0}`,
+	`{"p":9007199254740993}`, `{"p":9007199254740994}`, `{"p":99999999999999999999}`, `{"p":"\u0061bc"}`, `{"p":"a\nb"}`,
+	`{"q":0}`, `{"q":-1}`, `{"q":9}`, `{"q":10}`, `{"q":"abc"}`, `{"q":"Abc"}`, `{"q":""}`, `{"q":"ab\u0063"}`, `{"q":9.0}`, `{"p":"2024-01-01T00:00:00Z"}`, `{"p":"yesterday"}`,
 }
 
 // TestFastSchema_neverAcceptsWhatTheValidatorRefuses checks every value
@@ -78,10 +87,17 @@ func TestFastSchema_neverAcceptsWhatTheValidatorRefuses(t *testing.T) {
 			t.Errorf("%s: not proven valid by the fastSchema", v)
 		}
 	}
-	s, _ = compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs["lengths"].doc))
-	for _, v := range []string{`{"msg":"ab"}`, `{"msg":"日本語"}`, `{"msg":"abcd"}`} {
-		if !fastValid(s, []byte(v)) {
-			t.Errorf("%s: not proven valid by the fastSchema", v)
+	for name, values := range map[string][]string{
+		"lengths": {`{"msg":"ab"}`, `{"msg":"日本語"}`, `{"msg":"abcd"}`},
+		"pattern": {`{"p":"abc"}`, `{}`},
+		"minimum": {`{"p":3}`, `{"p":5}`},
+		"bounds":  {`{"p":-1}`, `{"p":9007199254740993}`, `{"q":0}`, `{"q":9}`, `{"q":"abc"}`},
+	} {
+		s, _ := compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs[name].doc))
+		for _, v := range values {
+			if !fastValid(s, []byte(v)) {
+				t.Errorf("%s: %s: not proven valid by the fastSchema", name, v)
+			}
 		}
 	}
 }
