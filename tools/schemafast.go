@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,8 @@ import (
 // A fastSchema checks a value against a schema written in a small subset of
 // JSON Schema (type, properties, required, additionalProperties, items,
 // minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum,
-// exclusiveMaximum, and annotations), straight from the value's bytes: no decoding into
+// exclusiveMaximum, enum of strings, maxItems, maxProperties, propertyNames,
+// and annotations), straight from the value's bytes: no decoding into
 // map[string]any and none of the full validator's deep recursion, whose
 // stack is regrown on every call once the GC has shrunk it.
 //
@@ -41,6 +43,9 @@ type fastSchema struct {
 	// Bounds of a number, when set: only integers within int64, in both
 	// the schema and the value, are compared here.
 	min, max, exMin, exMax *int64
+	enum                   []string    // only strings; nil if not set
+	maxItems, maxProps     int         // -1 if not set
+	names                  *fastSchema // propertyNames
 }
 
 const (
@@ -64,6 +69,7 @@ var fastKeywords = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true, "items": true,
 	"minLength": true, "maxLength": true, "pattern": true,
 	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
+	"enum": true, "maxItems": true, "maxProperties": true, "propertyNames": true,
 	"title": true, "description": true, "$comment": true, "default": true, "examples": true,
 }
 
@@ -72,9 +78,11 @@ var fastKeywords = map[string]bool{
 func buildFast(doc any, root bool) *fastSchema {
 	switch v := doc.(type) {
 	case bool:
-		return &fastSchema{never: !v, minLen: -1, maxLen: -1}
+		f := newFast()
+		f.never = !v
+		return f
 	case map[string]any:
-		f := &fastSchema{minLen: -1, maxLen: -1}
+		f := newFast()
 		for k, kv := range v {
 			switch {
 			case k == "$schema" && root:
@@ -137,6 +145,40 @@ func buildFast(doc any, root bool) *fastSchema {
 				if f.items = buildFast(kv, false); f.items == nil {
 					return nil
 				}
+			case "enum":
+				// Strings only: a string value without escapes equals a
+				// member when its bytes do. (A non-string value then equals
+				// none, and is refused.)
+				l, ok := kv.([]any)
+				if !ok || len(l) == 0 {
+					return nil
+				}
+				f.enum = make([]string, 0, len(l))
+				for _, e := range l {
+					str, ok := e.(string)
+					if !ok {
+						return nil
+					}
+					f.enum = append(f.enum, str)
+				}
+			case "propertyNames":
+				if f.names = buildFast(kv, false); f.names == nil {
+					return nil
+				}
+			case "maxItems", "maxProperties":
+				n, ok := kv.(json.Number)
+				if !ok {
+					return nil
+				}
+				i, ok := plainInt(n)
+				if !ok || i < 0 || i > 1<<31 {
+					return nil
+				}
+				if k == "maxItems" {
+					f.maxItems = int(i)
+				} else {
+					f.maxProps = int(i)
+				}
 			case "minLength", "maxLength":
 				// Only plain digits: the validator reads 64.0 or 6.4e1
 				// through a float, which is not worth repeating here.
@@ -190,6 +232,10 @@ func buildFast(doc any, root bool) *fastSchema {
 		return f
 	}
 	return nil
+}
+
+func newFast() *fastSchema {
+	return &fastSchema{minLen: -1, maxLen: -1, maxItems: -1, maxProps: -1}
 }
 
 // plainInt returns n as an int64 if it is written as one: an optional minus
@@ -318,6 +364,9 @@ func (f *fastSchema) check(s *scanner) bool {
 		return false
 	}
 	s.ws()
+	if f.enum != nil && s.b[s.i] != '"' {
+		return false // only strings are members
+	}
 	var t uint8
 	switch c := s.b[s.i]; {
 	case c == '{':
@@ -332,18 +381,8 @@ func (f *fastSchema) check(s *scanner) bool {
 		return f.array(s)
 	case c == '"':
 		t = fastString
-		raw, escaped := s.str()
-		if f.minLen >= 0 || f.maxLen >= 0 || f.pattern != nil {
-			if escaped {
-				return false // the decoded string is not its bytes
-			}
-			n := utf8.RuneCount(raw)
-			if f.minLen >= 0 && n < f.minLen || f.maxLen >= 0 && n > f.maxLen {
-				return false
-			}
-			if f.pattern != nil && !f.pattern.Match(raw) {
-				return false
-			}
+		if !f.stringOK(s.str()) {
+			return false
 		}
 	case c == 't' || c == 'f' || c == 'n':
 		t = fastBoolean
@@ -377,9 +416,40 @@ func (f *fastSchema) check(s *scanner) bool {
 	return f.types == 0 || f.types&t != 0
 }
 
+// stringOK reports whether a string, its bytes between the quotes being
+// raw, meets f's string keywords.
+func (f *fastSchema) stringOK(raw []byte, escaped bool) bool {
+	if f.minLen < 0 && f.maxLen < 0 && f.pattern == nil && f.enum == nil {
+		return true
+	}
+	if escaped {
+		return false // the decoded string is not its bytes
+	}
+	if f.minLen >= 0 || f.maxLen >= 0 {
+		n := utf8.RuneCount(raw)
+		if f.minLen >= 0 && n < f.minLen || f.maxLen >= 0 && n > f.maxLen {
+			return false
+		}
+	}
+	if f.pattern != nil && !f.pattern.Match(raw) {
+		return false
+	}
+	if f.enum != nil && !slices.Contains(f.enum, string(raw)) {
+		return false
+	}
+	return true
+}
+
+// nameOK reports whether an object key, raw and unescaped, is valid under
+// f as propertyNames: a string.
+func (f *fastSchema) nameOK(raw []byte) bool {
+	return !f.never && (f.types == 0 || f.types&fastString != 0) && f.stringOK(raw, false)
+}
+
 func (f *fastSchema) object(s *scanner) bool {
 	s.i++ // {
 	var seen uint64
+	count := 0
 	s.ws()
 	if s.b[s.i] == '}' {
 		s.i++
@@ -392,6 +462,14 @@ func (f *fastSchema) object(s *scanner) bool {
 			}
 			s.ws()
 			s.i++ // :
+			// Counted as written: duplicates make the decoded object
+			// smaller, never larger.
+			if count++; f.maxProps >= 0 && count > f.maxProps {
+				return false
+			}
+			if f.names != nil && !f.names.nameOK(key) {
+				return false
+			}
 			for i, r := range f.required {
 				if r == string(key) {
 					seen |= 1 << i
@@ -424,7 +502,7 @@ func (f *fastSchema) object(s *scanner) bool {
 }
 
 func (f *fastSchema) array(s *scanner) bool {
-	if f.items == nil {
+	if f.items == nil && f.maxItems < 0 {
 		s.skip()
 		return true
 	}
@@ -434,8 +512,13 @@ func (f *fastSchema) array(s *scanner) bool {
 		s.i++
 		return true
 	}
-	for {
-		if !f.items.check(s) {
+	for n := 1; ; n++ {
+		if f.maxItems >= 0 && n > f.maxItems {
+			return false
+		}
+		if f.items == nil {
+			s.skip()
+		} else if !f.items.check(s) {
 			return false
 		}
 		s.ws()

@@ -35,7 +35,15 @@ var fastSchemaDocs = map[string]struct {
 	"bound fraction": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
 		"properties": {"p": {"type": "number", "description": "p", "minimum": 0.5}}, "required": []}`, false},
 	"enum": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-		"properties": {"p": {"type": "string", "description": "p", "enum": ["a"]}}, "required": []}`, false},
+		"properties": {"p": {"type": ["string", "integer", "object", "array", "null"], "description": "p", "enum": ["a", "bc"]}}, "required": []}`, true},
+	"enum mixed": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"p": {"type": ["string", "integer"], "description": "p", "enum": ["a", 1]}}, "required": []}`, false},
+	"exec": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"properties": {"args": {"type": "array", "description": "a", "maxItems": 2, "items": {"type": "string", "pattern": "^[^\\x00]*$"}},
+		"env": {"type": "object", "description": "e", "maxProperties": 2, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+		"additionalProperties": {"type": "string"}}, "list": {"type": "array", "description": "l", "maxItems": 1}}, "required": []}`, true},
+	"names typed": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"propertyNames": {"type": "integer"}, "required": []}`, true},
 	"format": {`{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
 		"properties": {"p": {"type": "string", "description": "p", "format": "date-time"}}, "required": []}`, false},
 }
@@ -53,6 +61,10 @@ var fastValues = []string{
 	`{"msg":"a\nb"}`, `{"msg":"\u00e9\u00e9\u00e9\u00e9\u00e9"}`, `{"msg":2}`, `{"msg":"ab","x":1}`,
 	`{"p":"abc"}`, `{"p":"bcd"}`, `{"p":5}`, `{"p":2}`, `{"p":3}`, `{"p":-2}`, `{"p":-1}`, `{"p":3.5}`, `{"p":1e1}`, `{"p":-0}`,
 	`{"p":9007199254740993}`, `{"p":9007199254740994}`, `{"p":99999999999999999999}`, `{"p":"\u0061bc"}`, `{"p":"a\nb"}`,
+	`{"p":"a"}`, `{"p":"bc"}`, `{"p":"b"}`, `{"p":"\u0061"}`, `{"p":1}`, `{"p":{}}`, `{"p":["a"]}`, `{"p":null}`,
+	`{"args":[]}`, `{"args":["a","b"]}`, `{"args":["a","b","c"]}`, `{"args":["a\u0000"]}`, `{"args":[1]}`,
+	`{"env":{}}`, `{"env":{"A":"1","B_2":"x"}}`, `{"env":{"A":"1","B":"2","C":"3"}}`, `{"env":{"A":"1","A":"2","A":"3"}}`,
+	`{"env":{"1A":"x"}}`, `{"env":{"A":1}}`, `{"env":{"\u0041":"x"}}`, `{"list":[[1,2]]}`, `{"list":[1,2]}`, `{"list":[]}`,
 	`{"q":0}`, `{"q":-1}`, `{"q":9}`, `{"q":10}`, `{"q":"abc"}`, `{"q":"Abc"}`, `{"q":""}`, `{"q":"ab\u0063"}`, `{"q":9.0}`, `{"p":"2024-01-01T00:00:00Z"}`, `{"p":"yesterday"}`,
 }
 
@@ -88,10 +100,13 @@ func TestFastSchema_neverAcceptsWhatTheValidatorRefuses(t *testing.T) {
 		}
 	}
 	for name, values := range map[string][]string{
-		"lengths": {`{"msg":"ab"}`, `{"msg":"日本語"}`, `{"msg":"abcd"}`},
-		"pattern": {`{"p":"abc"}`, `{}`},
-		"minimum": {`{"p":3}`, `{"p":5}`},
-		"bounds":  {`{"p":-1}`, `{"p":9007199254740993}`, `{"q":0}`, `{"q":9}`, `{"q":"abc"}`},
+		"lengths":     {`{"msg":"ab"}`, `{"msg":"日本語"}`, `{"msg":"abcd"}`},
+		"pattern":     {`{"p":"abc"}`, `{}`},
+		"minimum":     {`{"p":3}`, `{"p":5}`},
+		"bounds":      {`{"p":-1}`, `{"p":9007199254740993}`, `{"q":0}`, `{"q":9}`, `{"q":"abc"}`},
+		"enum":        {`{"p":"a"}`, `{"p":"bc"}`},
+		"exec":        {`{"args":["a","b"],"env":{"A":"1","B_2":"x"},"list":[[1,2]]}`},
+		"names typed": {`{}`},
 	} {
 		s, _ := compileSchema("test", "inputSchema", json.RawMessage(fastSchemaDocs[name].doc))
 		for _, v := range values {
