@@ -49,6 +49,7 @@ func compileSchema(tool, which string, doc json.RawMessage) (*jsonschema.Schema,
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: schemaErrPointer(err), Reason: compileReason(err)}
 	}
+	rememberFast(s, buildFast(v, true))
 	return s, nil
 }
 
@@ -220,8 +221,12 @@ func lintNode(node map[string]any, ptr string) (string, string) {
 }
 
 // validateValue decodes raw and validates it against s. It returns the
-// decoded value or a *ValueError.
+// decoded value or a *ValueError; or, when s's fastSchema proves raw valid
+// without decoding it (see fastSchema), nil and nil.
 func validateValue(s *jsonschema.Schema, which string, raw []byte) (any, error) {
+	if fastValid(s, raw) {
+		return nil, nil
+	}
 	v, err := decodeJSON(raw)
 	if err != nil {
 		return nil, &ValueError{Which: which, Malformed: true, Problems: []Problem{{Message: err.Error()}}}

@@ -122,65 +122,59 @@ const (
 )
 
 func appendStr(b []byte, s string) []byte {
-	switch {
-	case isUUID(s):
+	if u, ok := uuidBytes(s); ok {
 		b = append(b, strUUID)
-		for i := 0; i < len(s); i += 2 {
-			if s[i] == '-' {
-				i--
-				continue
-			}
-			b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
-		}
-		return b
-	case len(s) >= 4 && len(s)%2 == 0 && isLowerHex(s):
+		return append(b, u[:]...)
+	}
+	if len(s) >= 4 && len(s)%2 == 0 {
+		n := len(b)
 		b = binary.AppendUvarint(b, uint64(len(s)/2)<<2|strHex)
+		var bad byte
 		for i := 0; i < len(s); i += 2 {
-			b = append(b, unhex(s[i])<<4|unhex(s[i+1]))
+			hi, lo := unhexTab[s[i]], unhexTab[s[i+1]]
+			bad |= hi | lo
+			b = append(b, hi<<4|lo)
 		}
-		return b
+		if bad < 16 {
+			return b
+		}
+		b = b[:n] // not lowercase hex: stored raw
 	}
 	b = binary.AppendUvarint(b, uint64(len(s))<<2|strRaw)
 	return append(b, s...)
 }
 
-// isUUID reports whether s is a UUID in canonical form: 36 characters,
-// lowercase hex digits with hyphens at 8, 13, 18 and 23.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
+// unhexTab maps a lowercase hex digit to its value and anything else to
+// 0xff.
+var unhexTab = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	for i := 0; i < len(s); i++ {
-		switch i {
-		case 8, 13, 18, 23:
-			if s[i] != '-' {
-				return false
-			}
-		default:
-			if !isLowerHexDigit(s[i]) {
-				return false
-			}
-		}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
 	}
-	return true
-}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+	}
+	return t
+}()
 
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if !isLowerHexDigit(s[i]) {
-			return false
-		}
-	}
-	return true
-}
+// uuidHex are the offsets of the hex digit pairs of a canonical UUID.
+var uuidHex = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
 
-func isLowerHexDigit(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
-
-func unhex(c byte) byte {
-	if c <= '9' {
-		return c - '0'
+// uuidBytes returns the bytes of s if it is a UUID in canonical form: 36
+// characters, lowercase hex digits with hyphens at 8, 13, 18 and 23.
+func uuidBytes(s string) (u [16]byte, ok bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
 	}
-	return c - 'a' + 10
+	var bad byte
+	for j, i := range uuidHex {
+		hi, lo := unhexTab[s[i]], unhexTab[s[i+1]]
+		bad |= hi | lo
+		u[j] = hi<<4 | lo
+	}
+	return u, bad < 16
 }
 
 func appendStrs(b []byte, ss []string) []byte {

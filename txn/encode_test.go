@@ -201,6 +201,14 @@ func TestAppendStr_CompactForms(t *testing.T) {
 		{"0190F3A2-7C4E-7B21-9D3E-5A6B7C8D9E0F", 38},
 		{"abc", 4},
 		{"", 1},
+		{"0190f3a2-7c4e-7b21-9d3e-5a6b7c8d9e0g", 38}, // not hex at the end: raw
+		{"g190f3a2-7c4e-7b21-9d3e-5a6b7c8d9e0f", 38}, // nor at the start
+		{"0190f3a2-7c4e-7b21-9d3e_5a6b7c8d9e0f", 38}, // a hyphen missing
+		{"0190f3a207c4e07b2109d3e05a6b7c8d9e0f", 19}, // 36 hex digits
+		{"abcd", 3},
+		{"abcde", 6},
+		{"abcD", 5},
+		{"ab\xffd", 5},
 	} {
 		b := appendStr(nil, c.s)
 		if len(b) != c.size {
