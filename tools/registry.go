@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/santhosh-tekuri/jsonschema/v5"
 	"golang.org/x/mod/semver"
 )
 
@@ -30,8 +29,8 @@ func NewRegistry() *Registry { return &Registry{} }
 type Entry struct {
 	decl   Declaration
 	tool   Tool
-	input  *jsonschema.Schema
-	output *jsonschema.Schema
+	input  *compiled
+	output *compiled
 }
 
 // Declaration returns a copy of the declaration taken at registration.

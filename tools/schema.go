@@ -24,7 +24,7 @@ var errNoLoad = errors.New("loading external schemas is disabled; put definition
 // compileSchema lints doc against RFC-0001 6.3 and compiles it under draft
 // 2020-12. The compiler has its own loader that refuses every URL, so
 // nothing is read from the filesystem or network.
-func compileSchema(tool, which string, doc json.RawMessage) (*jsonschema.Schema, error) {
+func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
 	v, err := decodeJSON(doc)
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Reason: "not valid JSON: " + err.Error()}
@@ -49,8 +49,14 @@ func compileSchema(tool, which string, doc json.RawMessage) (*jsonschema.Schema,
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: schemaErrPointer(err), Reason: compileReason(err)}
 	}
-	rememberFast(s, buildFast(v, true))
-	return s, nil
+	return &compiled{full: s, fast: buildFast(v, true)}, nil
+}
+
+// compiled is a schema compiled for the full validator, and its fastSchema
+// when it has one (see fastSchema).
+type compiled struct {
+	full *jsonschema.Schema
+	fast *fastSchema // nil: the schema uses something a fastSchema does not handle
 }
 
 // compileReason flattens a compile error into one line without the
@@ -223,15 +229,15 @@ func lintNode(node map[string]any, ptr string) (string, string) {
 // validateValue decodes raw and validates it against s. It returns the
 // decoded value or a *ValueError; or, when s's fastSchema proves raw valid
 // without decoding it (see fastSchema), nil and nil.
-func validateValue(s *jsonschema.Schema, which string, raw []byte) (any, error) {
-	if fastValid(s, raw) {
+func validateValue(s *compiled, which string, raw []byte) (any, error) {
+	if s.fastValid(raw) {
 		return nil, nil
 	}
 	v, err := decodeJSON(raw)
 	if err != nil {
 		return nil, &ValueError{Which: which, Malformed: true, Problems: []Problem{{Message: err.Error()}}}
 	}
-	if err := s.Validate(v); err != nil {
+	if err := s.full.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		if !errors.As(err, &ve) {
 			return nil, &ValueError{Which: which, Problems: []Problem{{Message: err.Error()}}}

@@ -3,16 +3,10 @@ package tools
 import (
 	"encoding/json"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
-	"unsafe"
-	"weak"
-
-	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
 // A fastSchema checks a value against a schema written in a small subset of
@@ -247,36 +241,6 @@ func plainInt(n json.Number) (int64, bool) {
 	}
 	i, err := strconv.ParseInt(string(n), 10, 64)
 	return i, err == nil
-}
-
-// fastSchemas maps each compiled schema (by address) to its fastEntry, if
-// it has a fastSchema. An entry is removed once its schema is garbage; and
-// since another schema may be allocated at the same address before that,
-// each entry also holds a weak pointer to its own schema, which a lookup
-// checks.
-var fastSchemas sync.Map
-
-type fastEntry struct {
-	schema weak.Pointer[jsonschema.Schema]
-	fast   *fastSchema
-}
-
-func rememberFast(s *jsonschema.Schema, f *fastSchema) {
-	k := uintptr(unsafe.Pointer(s))
-	if f == nil {
-		fastSchemas.Delete(k) // a dead schema's entry, if any
-		return
-	}
-	e := &fastEntry{schema: weak.Make(s), fast: f}
-	fastSchemas.Store(k, e)
-	runtime.AddCleanup(s, func(k uintptr) { fastSchemas.CompareAndDelete(k, e) }, k)
-}
-
-func fastOf(s *jsonschema.Schema) *fastSchema {
-	if e, ok := fastSchemas.Load(uintptr(unsafe.Pointer(s))); ok && e.(*fastEntry).schema.Value() == s {
-		return e.(*fastEntry).fast
-	}
-	return nil
 }
 
 // valid reports whether raw, one JSON value in valid UTF-8, is proven valid
@@ -531,10 +495,9 @@ func (f *fastSchema) array(s *scanner) bool {
 	}
 }
 
-// fastValid reports whether raw is proven valid under s's fastSchema: one
-// JSON value in valid UTF-8 (as decodeJSON requires) that the fastSchema
-// accepts. False says nothing; the full validator decides.
-func fastValid(s *jsonschema.Schema, raw []byte) bool {
-	f := fastOf(s)
-	return f != nil && utf8.Valid(raw) && json.Valid(raw) && f.valid(raw)
+// fastValid reports whether raw is proven valid by s's fastSchema: one
+// JSON value in valid UTF-8 that the fastSchema accepts. false means "not
+// proven", never "invalid": the full validator decides then.
+func (s *compiled) fastValid(raw []byte) bool {
+	return s.fast != nil && utf8.Valid(raw) && json.Valid(raw) && s.fast.valid(raw)
 }
