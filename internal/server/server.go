@@ -256,8 +256,17 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	// its end (bounded by the tool's limits) and is recorded, so a retry
 	// with the same Idempotency-Key gets the real result.
 	ctx := context.WithoutCancel(r.Context())
+	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, inv)
 	s.answer(w, res, err)
+}
+
+// extendWriteDeadline lifts the server's write timeout for an execution's
+// answer: the invocation is bounded by its tool's own limits (and the
+// retry policy), which may be longer than the timeout meant for the other
+// endpoints; a caller must get the answer of what ran.
+func (s *Server) extendWriteDeadline(w http.ResponseWriter) {
+	http.NewResponseController(w).SetWriteDeadline(time.Time{}) // not supported: the configured timeout stays
 }
 
 // withoutStacks drops the goroutine stacks of panics from a result: they
@@ -524,6 +533,7 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
 		return
 	}
+	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(context.WithoutCancel(r.Context()), tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal})
 	var ie *tgruntime.IntentError

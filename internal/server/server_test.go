@@ -433,6 +433,32 @@ func TestServer_RuntimeResourceUnavailable(t *testing.T) {
 	}
 }
 
+// An execution longer than the server's write timeout still gets its
+// answer: the timeout guards the other endpoints, the tool's own limits
+// bound an execution.
+func TestServer_ExecutionOutlivesWriteTimeout(t *testing.T) {
+	cfg := testConfig()
+	cfg.WriteTimeout = server.Duration(100 * time.Millisecond)
+	f := newFixture(t, cfg, nil)
+	f.http.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := f.srv.HTTPServer(l.Addr().String())
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	c, err := client.New("http://"+l.Addr().String(), agentToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { <-f.gate.started; time.Sleep(300 * time.Millisecond); f.gate.open() }()
+	res, err := c.Execute(context.Background(), inv("test.block", `{"msg":"slow"}`))
+	if err != nil || res.State != "COMPLETED" {
+		t.Fatalf("a 300 ms execution under a 100 ms write timeout: %v", err)
+	}
+}
+
 // A client that disconnects mid-execution does not leave the invocation
 // unrecorded: it runs to its end and is COMPLETED.
 func TestServer_ClientDisconnect(t *testing.T) {
