@@ -71,11 +71,11 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tools/{name}/execute", s.auth(s.execute))
 	mux.HandleFunc("POST /tools/{name}/execute", s.auth(s.execute))
-	mux.HandleFunc("GET /v1/tools", s.auth(s.listTools))
-	mux.HandleFunc("GET /v1/tools/{name}", s.auth(s.getTool))
-	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.getExecution))
-	mux.HandleFunc("POST /v1/intents", s.auth(s.propose))
-	mux.HandleFunc("POST /v1/intents/{id}/approve", s.auth(s.approve))
+	mux.HandleFunc("GET /v1/tools", s.auth(s.limited(s.listTools)))
+	mux.HandleFunc("GET /v1/tools/{name}", s.auth(s.limited(s.getTool)))
+	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.limited(s.getExecution)))
+	mux.HandleFunc("POST /v1/intents", s.auth(s.limited(s.propose)))
+	mux.HandleFunc("POST /v1/intents/{id}/approve", s.auth(s.limited(s.approve)))
 	mux.HandleFunc("POST /v1/intents/{id}/execute", s.auth(s.executeIntent))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -171,6 +171,19 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// limited applies the principal's rate limit to an endpoint that runs no
+// tool (reads, proposals, approvals): a token cannot flood the store.
+func (s *Server) limited(h func(http.ResponseWriter, *http.Request, TokenConfig)) func(http.ResponseWriter, *http.Request, TokenConfig) {
+	return func(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+		if wait, ok := s.limit(who.Principal, ""); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+			problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
+			return
+		}
+		h(w, r, who)
+	}
 }
 
 // auth authenticates the bearer token and passes its principal on.
@@ -404,7 +417,7 @@ func (s *Server) limit(principal, tool string) (time.Duration, bool) {
 }
 
 func (s *Server) limiter(m map[string]*rate.Limiter, key string, r Rate) *rate.Limiter {
-	if r.PerSecond <= 0 {
+	if r.PerSecond <= 0 || key == "" {
 		return nil
 	}
 	s.mu.Lock()
@@ -528,7 +541,7 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
 		return
 	}
-	if wait, ok := s.limit(who.Principal, "intent"); !ok {
+	if wait, ok := s.limit(who.Principal, ""); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
 		return

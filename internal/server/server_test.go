@@ -388,6 +388,14 @@ func TestServer_RateLimitAndBusy(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != 429 || e.RetryAfter < time.Second || !errors.Is(err, client.ErrRateLimited) {
 		t.Fatalf("429: %v", err)
 	}
+	// Endpoints that run no tool take from the same bucket: no flooding
+	// the store with proposals or reads.
+	if _, err := agent.Propose(ctx, inv("test.echo", `{"msg":"p"}`)); status(err) != 429 {
+		t.Errorf("a proposal past the rate: %v", err)
+	}
+	if _, err := agent.Tools(ctx); status(err) != 429 {
+		t.Errorf("a read past the rate: %v", err)
+	}
 	// Other principals have their own bucket.
 	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
 		t.Fatalf("another principal was rate limited: %v", err)
