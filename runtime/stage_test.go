@@ -141,12 +141,7 @@ func TestFileWrite_CrashBetweenCommitAndRename(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reg := tools.NewRegistry()
-	if err := reg.Register(tools.FileWrite()); err != nil {
-		t.Fatal(err)
-	}
-	opts.Registry = reg
-	rt2, err := tgruntime.Open(path, opts)
+	rt2, err := reopen(path, opts, tools.FileWrite())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,12 +205,7 @@ func TestFileWrite_CrashDuringExecutionCleansStagedFiles(t *testing.T) {
 		}
 	}
 	rt.Close(ctx)
-	reg := tools.NewRegistry()
-	if err := reg.Register(tools.FileWrite()); err != nil {
-		t.Fatal(err)
-	}
-	opts.Registry = reg
-	rt2, err := tgruntime.Open(path, opts)
+	rt2, err := reopen(path, opts, tools.FileWrite())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,10 +243,7 @@ func TestFileWrite_RecoveryKeepsTheOrderOfWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt.Close(context.Background())
-	reg := tools.NewRegistry()
-	reg.Register(many)
-	opts.Registry = reg
-	rt2, err := tgruntime.Open(path, opts)
+	rt2, err := reopen(path, opts, many)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +267,7 @@ func TestFileWrite_UnfinishableRenameIsParked(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "a.txt", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	reg := tools.NewRegistry()
-	reg.Register(tools.FileWrite())
-	opts.Registry = reg
-	rt2, err := tgruntime.Open(path, opts)
+	rt2, err := reopen(path, opts, tools.FileWrite())
 	if err != nil {
 		t.Fatalf("Open refused over a rename it cannot do: %v", err)
 	}
@@ -296,4 +280,17 @@ func TestFileWrite_UnfinishableRenameIsParked(t *testing.T) {
 	if len(parked) != 1 || len(stagedLeft(t, dir)) != 1 {
 		t.Fatalf("parked %v, staged files %v; want the write parked with its staged file", parked, stagedLeft(t, dir))
 	}
+}
+
+// reopen opens the database at path again, as after a crash, with opts and
+// a registry of ts.
+func reopen(path string, opts *tgruntime.Options, ts ...tools.Tool) (*tgruntime.Runtime, error) {
+	reg := tools.NewRegistry()
+	for _, tl := range ts {
+		if err := reg.Register(tl); err != nil {
+			return nil, err
+		}
+	}
+	opts.Registry = reg
+	return tgruntime.Open(path, opts)
 }

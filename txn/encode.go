@@ -206,24 +206,11 @@ func appendTime(b []byte, t time.Time) ([]byte, error) {
 // compactLen is the length of appendCompact's output for raw.
 func compactLen(raw []byte) int {
 	n := 0
-	inString, escaped := false, false
+	var j jsonCompactor
 	for _, c := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			continue
+		if j.keep(c) {
+			n++
 		}
-		n++
 	}
 	return n
 }
@@ -231,26 +218,38 @@ func compactLen(raw []byte) int {
 // appendCompact appends valid JSON without insignificant whitespace, as
 // json.Marshal does for a RawMessage.
 func appendCompact(b, raw []byte) []byte {
-	inString, escaped := false, false
+	var j jsonCompactor
 	for _, c := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			continue
+		if j.keep(c) {
+			b = append(b, c)
 		}
-		b = append(b, c)
 	}
 	return b
+}
+
+// jsonCompactor decides, byte by byte through valid JSON, which bytes a
+// compact encoding keeps: all but whitespace outside strings.
+type jsonCompactor struct {
+	inString, escaped bool
+}
+
+func (j *jsonCompactor) keep(c byte) bool {
+	switch {
+	case j.inString:
+		switch {
+		case j.escaped:
+			j.escaped = false
+		case c == '\\':
+			j.escaped = true
+		case c == '"':
+			j.inString = false
+		}
+	case c == '"':
+		j.inString = true
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		return false
+	}
+	return true
 }
 
 // recordDecoder reads the stored form of a record. Any malformation sets

@@ -82,14 +82,9 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
   toolgate policy check --principal alice --allow filesystem.read:. file.read --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := g.registry()
+			e, err := g.lookup(args[0])
 			if err != nil {
 				return err
-			}
-			id, version, _ := strings.Cut(args[0], "@")
-			e, err := reg.Lookup(id, version)
-			if err != nil {
-				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
 			}
 			extra, err := parseAllow(allow)
 			if err != nil {

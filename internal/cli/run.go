@@ -211,6 +211,21 @@ func (g *globals) registry() (*tools.Registry, error) {
 	return reg, nil
 }
 
+// lookup finds TOOL[@VERSION] in the registry, or says how to list the
+// tools.
+func (g *globals) lookup(arg string) (*tools.Entry, error) {
+	reg, err := g.registry()
+	if err != nil {
+		return nil, err
+	}
+	id, version, _ := strings.Cut(arg, "@")
+	e, err := reg.Lookup(id, version)
+	if err != nil {
+		return nil, usageErr("%v; 'toolgate tools' lists the registered tools", err)
+	}
+	return e, nil
+}
+
 func builtinRegistry() (*tools.Registry, error) {
 	reg := tools.NewRegistry()
 	for _, t := range tools.Builtins() {

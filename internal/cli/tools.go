@@ -42,14 +42,9 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "Show a tool's declaration with its schemas",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := g.registry()
+			e, err := g.lookup(args[0])
 			if err != nil {
 				return err
-			}
-			id, version, _ := strings.Cut(args[0], "@")
-			e, err := reg.Lookup(id, version)
-			if err != nil {
-				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
 			}
 			d := e.Declaration()
 			if g.json {
