@@ -43,7 +43,7 @@ const headKey = "\xff"
 // whose bytes were altered is still read as far as it goes and the first
 // bad event is named precisely:
 //
-//   - an entry group per write: the key is the 8-byte big-endian seq of
+//   - an entry group per update: the key is the 8-byte big-endian seq of
 //     its first entry, the value the JSON array of its entries, each
 //     {"seq":N,"prevHash":"<hex>","hash":"<hex>","event":{...}} written
 //     without spaces ("prevHash" is "" for the first entry);

@@ -55,10 +55,11 @@ type AuditEntry struct {
 }
 
 // appendAudit appends events to the chain inside the caller's update. The
-// events of one write are stored under one key (the sequence number of the
-// first, big-endian) as a JSON array of entries: one bbolt put per write
-// rather than per event, which matters because every put materializes the
-// path to the tree's last leaf.
+// events of one update (every write of a group commit's batch, in order) are
+// stored under one key (the sequence number of the first, big-endian) as a
+// JSON array of entries: one bbolt put per update rather than per event or
+// per write, which matters because every put materializes the path to the
+// tree's last leaf, and many small values leave pages part empty.
 //
 // The group is encoded into a pooled buffer that the committer returns to
 // the pool once the update has ended (see Store.used).

@@ -16,7 +16,7 @@ const AuditHeadKey = "\xff"
 // AuditRaw calls fn with every key and value of the audit log as stored, in
 // key order, without decoding or checking anything, for a verifier that must
 // see a damaged log as it is ([Store.AuditLog] fails on a group that does
-// not decode). The keys are the groups of entries, one per write (the 8-byte
+// not decode). The keys are the groups of entries, one per update (the 8-byte
 // big-endian seq of the group's first entry; the value is the JSON array of
 // its [AuditEntry] values), then [AuditHeadKey]. A key of any other form is
 // passed too: it is not one this package writes.

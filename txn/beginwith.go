@@ -48,7 +48,7 @@ func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateVie
 				return err
 			}
 		}
-		return s.audit(tx, evs)
+		return s.audit(evs)
 	})
 	if err != nil {
 		return nil, err

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -223,6 +225,150 @@ func TestStore_GroupCommit(t *testing.T) {
 	// 2n writes (claims and commits) plus the redone batch: sharing means fewer updates.
 	if used := txn.Batches(s) - start; used >= 2*n {
 		t.Fatalf("%d bbolt updates for %d writes: no group commit", used, 2*n)
+	}
+}
+
+// The audit events of a batch are appended as one group, in the same
+// update: concurrent writes share groups, the chain stays whole, and the
+// events of a request that failed in the batch are not in it.
+func TestStore_GroupCommitAudit(t *testing.T) {
+	s := openStoreAt(t, filepath.Join(t.TempDir(), "a.db")) // fsync on: commits pile up behind it
+	ctx := context.Background()
+	const n = 48
+	var fails atomic.Int32
+	txn.SetFailpoint(s, func(st string) error {
+		if st == txn.StepApplyWrite && fails.CompareAndSwap(0, 1) {
+			return errors.New("injected into one write-set")
+		}
+		return nil
+	})
+	event := func(what, id string) txn.AuditEvent {
+		return txn.AuditEvent{Data: []byte(`{"` + what + `":"` + id + `"}`)}
+	}
+	var wg sync.WaitGroup
+	failed := make([]bool, n)
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("a%02d", i)
+			tx, err := s.Begin(ctx, executing(id), event("claim", id))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tx.Put("a", id, []byte(id))
+			if err := tx.Commit(ctx, finalOf(id), event("commit", id)); err != nil {
+				failed[i] = true
+				if err := tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"), event("rollback", id)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := fails.Load(); got != 1 {
+		t.Fatalf("the failpoint fired %d times", got)
+	}
+
+	log, err := s.AuditLog(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	var prev [32]byte
+	for i, e := range log {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d", i+1, e.Seq)
+		}
+		wantPrev := hex.EncodeToString(prev[:])
+		if i == 0 {
+			wantPrev = ""
+		}
+		sum := sha256.Sum256(e.Event)
+		link := sha256.Sum256(append(prev[:], sum[:]...))
+		if e.PrevHash != wantPrev || e.Hash != hex.EncodeToString(link[:]) {
+			t.Fatalf("entry %d breaks the chain: %+v", e.Seq, e)
+		}
+		prev = link
+		seen[string(e.Event)]++
+	}
+	for i := range n {
+		id := fmt.Sprintf("a%02d", i)
+		want := map[string]int{"claim": 1, "commit": 1, "rollback": 0}
+		if failed[i] {
+			want["commit"], want["rollback"] = 0, 1
+		}
+		for what, count := range want {
+			if got := seen[string(event(what, id).Data)]; got != count {
+				t.Errorf("%s: %d %s events, want %d", id, got, what, count)
+			}
+		}
+	}
+	if len(log) != 2*n {
+		t.Errorf("%d events, want %d", len(log), 2*n)
+	}
+	groups := 0
+	err = s.AuditRaw(ctx, func(k, v []byte) error {
+		if string(k) != txn.AuditHeadKey {
+			groups++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if groups >= len(log) {
+		t.Errorf("%d groups for %d events: the batches' events were not grouped", groups, len(log))
+	}
+}
+
+// A damaged audit head fails the writes that carry audit events, with
+// ErrCorrupt and nothing of them stored, and not the writes in their batch
+// that carry none.
+func TestStore_DamagedAuditHead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	if err := s.Put(ctx, newRecord("first", "t", "FAILED"), txn.AuditEvent{Data: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("audit")).Put([]byte(txn.AuditHeadKey), []byte("bad"))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = openStoreAt(t, path)
+
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("h%02d", i)
+			errs[i] = s.Put(ctx, newRecord(id, "t", "FAILED"), txn.AuditEvent{Data: []byte(`{"n":2}`)})
+		})
+		wg.Go(func() { errs[n+i] = s.PutState(ctx, "h", fmt.Sprint(i), []byte("v")) })
+	}
+	wg.Wait()
+	for i := range n {
+		if !errors.Is(errs[i], txn.ErrCorrupt) {
+			t.Errorf("Put with an audit event over a damaged head = %v, want ErrCorrupt", errs[i])
+		}
+		if _, err := s.Get(ctx, fmt.Sprintf("h%02d", i)); !errors.Is(err, txn.ErrNotFound) {
+			t.Errorf("the refused record was stored: %v", err)
+		}
+		if errs[n+i] != nil {
+			t.Errorf("PutState without audit events = %v", errs[n+i])
+		}
+	}
+	if s.Err() != nil {
+		t.Fatalf("the store was poisoned: %v", s.Err())
 	}
 }
 

@@ -55,9 +55,7 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 			if err != nil {
 				return err
 			}
-			if err := s.appendAudit(tx, evs); err != nil {
-				return err
-			}
+			s.pending = append(s.pending, evs...)
 			done = append(done, rec)
 		}
 		return nil

@@ -77,10 +77,14 @@ type Store struct {
 	hook     func(step string) error // test failpoints; nil in production
 	batches  atomic.Int64            // bbolt updates run by the committer
 
-	wmu     sync.Mutex     // guards queue and leading
-	queue   []*writeReq    // writes waiting for the next batch
-	leading bool           // a writer is committing a batch
-	used    []*[]byte      // pooled buffers of the update in progress; only the leader touches it
+	wmu     sync.Mutex  // guards queue and leading
+	queue   []*writeReq // writes waiting for the next batch
+	leading bool        // a writer is committing a batch
+	used    []*[]byte   // pooled buffers of the update in progress; only the leader touches it
+	// The audit events of the update in progress, in request order. They
+	// are appended as one group when every request has been applied (see
+	// commitBatch); only the leader touches it.
+	pending []auditEvent
 	writers sync.WaitGroup // writes in progress; Close waits for them
 }
 
@@ -261,16 +265,18 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 			if err := insertRecord(tx, id, data); err != nil {
 				return err
 			}
-			return s.audit(tx, evs)
+			return s.audit(evs)
 		})
 }
 
-// audit appends events inside an update, behind a failpoint.
-func (s *Store) audit(tx *bolt.Tx, events []auditEvent) error {
+// audit queues a request's audit events, behind a failpoint, for the group
+// commitBatch appends at the end of the update that applies the request.
+func (s *Store) audit(events []auditEvent) error {
 	if err := s.failpoint(StepAudit); err != nil {
 		return err
 	}
-	return s.appendAudit(tx, events)
+	s.pending = append(s.pending, events...)
+	return nil
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.

@@ -267,7 +267,7 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		if err := finishRecord(tx, id, data); err != nil {
 			return err
 		}
-		return s.audit(tx, evs)
+		return s.audit(evs)
 	})
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -311,7 +311,7 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 			if err := finishRecord(tx, id, data); err != nil {
 				return err
 			}
-			return t.store.audit(tx, evs)
+			return t.store.audit(evs)
 		})
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)

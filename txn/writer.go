@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -98,21 +99,31 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		return
 	}
 	results := make([]error, len(batch))
+	audited := make([]bool, len(batch)) // the request queued audit events
 	for len(batch) > 0 {
-		failed, failErr := -1, error(nil)
+		failed, failErr, auditErr := -1, error(nil), error(nil)
 		s.batches.Add(1)
 		err := s.update(func(tx *bolt.Tx) error {
+			s.pending = s.pending[:0]
 			for i, r := range batch {
-				failed = i // blamed if check or apply panics
+				failed, audited[i] = i, false // blamed if check or apply panics
 				if results[i] = r.check(tx); results[i] != nil {
 					continue
 				}
+				n := len(s.pending)
 				if err := r.apply(tx); err != nil {
 					failErr = err
 					return errAbortBatch
 				}
+				audited[i] = len(s.pending) > n
 			}
 			failed = -1
+			// The batch's audit events, one group: one put instead of one
+			// per request, into pages that fill up.
+			if err := s.appendAudit(tx, s.pending); err != nil {
+				auditErr = err
+				return errAbortBatch
+			}
 			return s.failpoint(StepCommit)
 		})
 		s.release() // bbolt has copied the values into its pages, or dropped them
@@ -125,8 +136,25 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		if failed >= 0 {
 			// Undone by bbolt; answer the failed request and redo the rest.
 			batch[failed].done <- failErr
-			batch = append(batch[:failed], batch[failed+1:]...)
-			results = append(results[:failed], results[failed+1:]...)
+			batch = slices.Delete(batch, failed, failed+1)
+			results = slices.Delete(results, failed, failed+1)
+			audited = slices.Delete(audited, failed, failed+1)
+			continue
+		}
+		if auditErr != nil {
+			// The log cannot take events (its head is damaged): every
+			// request that has some fails with that error, and the others
+			// are redone without them.
+			keep := 0
+			for i, r := range batch {
+				if audited[i] {
+					r.done <- auditErr
+					continue
+				}
+				batch[keep], results[keep], audited[keep] = r, results[i], false
+				keep++
+			}
+			batch, results, audited = batch[:keep], results[:keep], audited[:keep]
 			continue
 		}
 		if err != nil {
@@ -147,8 +175,11 @@ func (s *Store) commitBatch(batch []*writeReq) {
 	}
 }
 
-// release returns the pooled buffers of the update that has just ended.
+// release returns the pooled buffers of the update that has just ended,
+// and drops its audit events.
 func (s *Store) release() {
+	clear(s.pending)
+	s.pending = s.pending[:0]
 	for i, p := range s.used {
 		putBuf(p)
 		s.used[i] = nil

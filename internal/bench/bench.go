@@ -329,7 +329,8 @@ func invocation() tgruntime.Invocation {
 type layout struct {
 	ordered bool // execution ids are time-ordered (UUID version 7), not random
 	// The audit log values the runtime wrote with the claim and with the
-	// commit (one group per write, under its first sequence number), copied
+	// commit (one group per bbolt update, under its first sequence number;
+	// the probe's claim and commit are separate updates), copied
 	// from the probe's database; empty if the runtime keeps no audit bucket.
 	claimAudit, commitAudit []byte
 }
