@@ -21,7 +21,11 @@ const maxBatch = 512
 type writeReq struct {
 	check func(*bolt.Tx) error
 	apply func(*bolt.Tx) error
-	done  chan error
+	done  chan error // the outcome, or errLead to a writer made leader
+
+	// Set by the leader during commitBatch.
+	err     error // the outcome
+	audited bool  // apply queued audit events
 }
 
 // errAbortBatch makes bbolt roll back an update whose batch must be redone.
@@ -70,7 +74,7 @@ func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) er
 	s.queue = s.queue[n:]
 	s.wmu.Unlock()
 
-	s.commitBatch(batch) // answers every request, r included
+	s.commitBatch(batch) // sets the outcome of every request, r included
 
 	s.wmu.Lock()
 	handedOff := len(s.queue) > 0
@@ -82,32 +86,38 @@ func (s *Store) write(ctx context.Context, check, apply func(*bolt.Tx) error) er
 	}
 	s.wmu.Unlock()
 	if handedOff {
-		// Let the next leader run now: under load every processor is busy,
-		// and the scheduler would otherwise leave it waiting until this
-		// goroutine blocks or is preempted, with the writer idle meanwhile.
+		// Let the next leader run now, before this goroutine answers the
+		// batch: under load every processor is busy, and the scheduler
+		// would otherwise leave it waiting behind the writers answered,
+		// with the store idle meanwhile.
 		goruntime.Gosched()
 	}
-	return <-r.done
+	for _, q := range batch {
+		if q != r {
+			q.done <- q.err
+		}
+	}
+	return r.err
 }
 
-// commitBatch applies a batch in one bbolt update and answers every request.
+// commitBatch applies a batch in one bbolt update and sets the outcome of
+// every request (its err); the leader answers them.
 func (s *Store) commitBatch(batch []*writeReq) {
 	if err := s.poisonedErr(); err != nil {
 		for _, r := range batch {
-			r.done <- err
+			r.err = err
 		}
 		return
 	}
-	results := make([]error, len(batch))
-	audited := make([]bool, len(batch)) // the request queued audit events
-	for len(batch) > 0 {
+	todo := slices.Clone(batch) // the requests still to commit
+	for len(todo) > 0 {
 		failed, failErr, auditErr := -1, error(nil), error(nil)
 		s.batches.Add(1)
 		err := s.update(func(tx *bolt.Tx) error {
 			s.pending = s.pending[:0]
-			for i, r := range batch {
-				failed, audited[i] = i, false // blamed if check or apply panics
-				if results[i] = r.check(tx); results[i] != nil {
+			for i, r := range todo {
+				failed, r.audited = i, false // blamed if check or apply panics
+				if r.err = r.check(tx); r.err != nil {
 					continue
 				}
 				n := len(s.pending)
@@ -115,7 +125,7 @@ func (s *Store) commitBatch(batch []*writeReq) {
 					failErr = err
 					return errAbortBatch
 				}
-				audited[i] = len(s.pending) > n
+				r.audited = len(s.pending) > n
 			}
 			failed = -1
 			// The batch's audit events, one group: one put instead of one
@@ -133,45 +143,35 @@ func (s *Store) commitBatch(batch []*writeReq) {
 		} else if failErr == nil {
 			failed = -1
 		}
-		if failed >= 0 {
-			// Undone by bbolt; answer the failed request and redo the rest.
-			batch[failed].done <- failErr
-			batch = slices.Delete(batch, failed, failed+1)
-			results = slices.Delete(results, failed, failed+1)
-			audited = slices.Delete(audited, failed, failed+1)
-			continue
-		}
-		if auditErr != nil {
+		switch {
+		case failed >= 0:
+			// Undone by bbolt: the failed request fails alone, and the rest
+			// are redone without it.
+			todo[failed].err = failErr
+			todo = slices.Delete(todo, failed, failed+1)
+		case auditErr != nil:
 			// The log cannot take events (its head is damaged): every
 			// request that has some fails with that error, and the others
 			// are redone without them.
-			keep := 0
-			for i, r := range batch {
-				if audited[i] {
-					r.done <- auditErr
-					continue
+			todo = slices.DeleteFunc(todo, func(r *writeReq) bool {
+				if r.audited {
+					r.err = auditErr
 				}
-				batch[keep], results[keep], audited[keep] = r, results[i], false
-				keep++
-			}
-			batch, results, audited = batch[:keep], results[:keep], audited[:keep]
-			continue
-		}
-		if err != nil {
+				return r.audited
+			})
+		case err != nil:
 			// The update itself failed: a write or fsync error, a full disk, a
 			// read-only file system. bbolt rolled it back, but what reached the
 			// disk is not known for certain, so the store refuses all further
 			// work until it is reopened.
 			perr := s.poison(err)
-			for _, r := range batch {
-				r.done <- perr
+			for _, r := range todo {
+				r.err = perr
 			}
 			return
+		default:
+			return // committed: each request's err is its check's outcome
 		}
-		for i, r := range batch {
-			r.done <- results[i]
-		}
-		return
 	}
 }
 
