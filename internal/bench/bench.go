@@ -34,6 +34,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,12 @@ type Options struct {
 	// Dir is where the temporary directory holding the databases is made;
 	// "" means os.TempDir(). The directory is removed when Run returns.
 	Dir string
+
+	// ProfileDir, if not "", receives a CPU profile of each measured phase,
+	// for go tool pprof: floor-w1.pprof, floor-wN.pprof, runtime-w1.pprof
+	// and runtime-wN.pprof (the keys of the report). It is created if need
+	// be. The profiler is the process's: Run fails if one is running.
+	ProfileDir string
 
 	// Progress, if not nil, receives a one-line description of what is
 	// being measured, a few times a second. It is called from the goroutine
@@ -98,6 +105,9 @@ type Report struct {
 	Floor   Pair   `json:"floor"`
 	Runtime Pair   `json:"runtime"`
 	Ratios  Ratios `json:"ratios"`
+
+	// Profiles are the CPU profiles written (Options.ProfileDir), by phase.
+	Profiles []string `json:"profiles,omitempty"`
 }
 
 // Pair holds one kind of measurement with one caller and with many.
@@ -146,6 +156,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.ProfileDir != "" {
+		if err := os.MkdirAll(opts.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: profile directory: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp(opts.Dir, "toolgate-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: temporary directory: %w", err)
@@ -175,23 +190,30 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 
 	phases := []struct {
-		name    string
-		callers int
-		into    *Phase
-		run     func(name string, callers int) (Phase, error)
+		name, key string
+		callers   int
+		into      *Phase
+		run       func(name string, callers int) (Phase, error)
 	}{
-		{"floor", 1, &rep.Floor.W1, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
-		{"floor", opts.Callers, &rep.Floor.WN, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
-		{"runtime", 1, &rep.Runtime.W1, b.runtime},
-		{"runtime", opts.Callers, &rep.Runtime.WN, b.runtime},
+		{"floor", "w1", 1, &rep.Floor.W1, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
+		{"floor", "wN", opts.Callers, &rep.Floor.WN, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
+		{"runtime", "w1", 1, &rep.Runtime.W1, b.runtime},
+		{"runtime", "wN", opts.Callers, &rep.Runtime.WN, b.runtime},
 	}
 	for i, p := range phases {
 		b.phase = fmt.Sprintf("bench %d/%d: %s, %d caller%s", i+1, len(phases), p.name, p.callers, plural(p.callers))
+		b.profile = ""
+		if opts.ProfileDir != "" {
+			b.profile = filepath.Join(opts.ProfileDir, p.name+"-"+p.key+".pprof")
+		}
 		ph, err := p.run(fmt.Sprintf("%s-%d", p.name, i), p.callers)
 		if err != nil {
 			return nil, b.fail(err)
 		}
 		*p.into = ph
+		if b.profile != "" {
+			rep.Profiles = append(rep.Profiles, b.profile)
+		}
 	}
 	rep.Ratios = Ratios{
 		RuntimeW1OverFloorW1: ratio(rep.Runtime.W1.OpsPerS, rep.Floor.W1.OpsPerS),
@@ -202,10 +224,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 type bencher struct {
-	opts  Options
-	dir   string
-	ctx   context.Context
-	phase string // the progress prefix of the phase running
+	opts    Options
+	dir     string
+	ctx     context.Context
+	phase   string // the progress prefix of the phase running
+	profile string // where the phase running writes its CPU profile; "" for none
 }
 
 func (b *bencher) progress(msg string) {
@@ -575,6 +598,15 @@ func (b *bencher) measure(callers int, op func() error) (Phase, error) {
 		wg      sync.WaitGroup
 	)
 	lats := make([][]time.Duration, callers)
+	stopProfile := func() error { return nil }
+	if b.profile != "" {
+		stop, err := startProfile(b.profile)
+		if err != nil {
+			return Phase{}, err
+		}
+		stopProfile = stop
+		defer stop()
+	}
 	start := time.Now()
 	timer := time.AfterFunc(b.opts.Duration, func() { stop.Store(true) })
 	defer timer.Stop()
@@ -610,6 +642,9 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	if err := stopProfile(); err != nil {
+		return Phase{}, err
+	}
 	if b.ctx.Err() != nil {
 		return Phase{}, b.fail(b.ctx.Err())
 	}
@@ -660,4 +695,31 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// startProfile starts the CPU profiler, writing to path, and returns what
+// stops it and closes the file; calling it again does nothing.
+func startProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("bench: CPU profile: %w", err)
+	}
+	var (
+		once     sync.Once
+		closeErr error
+	)
+	return func() error {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				closeErr = fmt.Errorf("bench: CPU profile: %w", err)
+			}
+		})
+		return closeErr
+	}, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +87,42 @@ func TestRun(t *testing.T) {
 	// The temporary files are gone.
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("left behind in %s: %v", dir, left)
+	}
+}
+
+// With a ProfileDir, each measured phase leaves a CPU profile named after
+// its key in the report.
+func TestRun_Profiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "profiles")
+	rep, err := Run(context.Background(), Options{Callers: 2, Duration: 50 * time.Millisecond, Dir: t.TempDir(), ProfileDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN"} {
+		want = append(want, filepath.Join(dir, name+".pprof"))
+	}
+	if !slices.Equal(rep.Profiles, want) {
+		t.Fatalf("profiles %q, want %q", rep.Profiles, want)
+	}
+	for _, path := range want {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b { // a pprof profile is gzipped
+			t.Errorf("%s is not a pprof profile (%d bytes)", path, len(data))
+		}
+	}
+
+	// The profiler is the process's: a second one cannot start.
+	stop, err := startProfile(filepath.Join(dir, "first.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := Run(context.Background(), Options{Callers: 1, Duration: 10 * time.Millisecond, Dir: t.TempDir(), ProfileDir: dir}); err == nil || !strings.Contains(err.Error(), "CPU profile") {
+		t.Fatalf("Run with a profiler already running = %v", err)
 	}
 }
 

@@ -19,6 +19,7 @@ func newBenchCmd(g *globals, stdio Stdio) *cobra.Command {
 		callers  int
 		duration time.Duration
 		sync     bool
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -35,12 +36,17 @@ databases (in $TMPDIR, removed afterwards; --db is not used):
 Floor and runtime each run with 1 caller and with --callers concurrent
 callers, for --duration each. VS FLOOR w1 is a phase's throughput over the
 floor's with one caller. --sync=false skips fsync on commit, as the
-runtime's NoSync option does: faster, and not durable.`,
+runtime's NoSync option does: faster, and not durable.
+
+--cpuprofile DIR writes a CPU profile of each measured phase to DIR
+(floor-w1.pprof, floor-wN.pprof, runtime-w1.pprof, runtime-wN.pprof), to
+see where the time goes with 'go tool pprof'.`,
 		Example: `  toolgate bench
-  toolgate bench --callers 16 --duration 1s --json`,
+  toolgate bench --callers 16 --duration 1s --json
+  toolgate bench --sync=false --cpuprofile /tmp/prof && go tool pprof -top /tmp/prof/runtime-w1.pprof`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := bench.Options{Callers: callers, Duration: duration, Sync: sync}
+			opts := bench.Options{Callers: callers, Duration: duration, Sync: sync, ProfileDir: profile}
 			if callers < 1 {
 				return usageErr("--callers must be at least 1")
 			}
@@ -66,6 +72,7 @@ runtime's NoSync option does: faster, and not durable.`,
 	cmd.Flags().IntVar(&callers, "callers", 64, "concurrent callers of the many-caller phases")
 	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "how long each of the four measured phases runs")
 	cmd.Flags().BoolVar(&sync, "sync", true, "fsync every commit (--sync=false: NoSync, not durable)")
+	cmd.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of each measured phase to this `directory`")
 	return cmd
 }
 
@@ -87,9 +94,16 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = 2 bbolt updates per op, runtime = 1 Execute per op\n",
-		r.ClaimBytes, r.FinalBytes)
-	return err
+	if _, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = 2 bbolt updates per op, runtime = 1 Execute per op\n",
+		r.ClaimBytes, r.FinalBytes); err != nil {
+		return err
+	}
+	for _, p := range r.Profiles {
+		if _, err := fmt.Fprintf(w, "CPU profile: %s\n", p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fmtMicros prints a latency in microseconds with three significant digits.

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -74,6 +76,26 @@ func TestBench_Table(t *testing.T) {
 	}
 	if !strings.HasSuffix(strings.Fields(lines[2])[5], "1.00x") {
 		t.Errorf("floor w1 against itself: %q", lines[2])
+	}
+}
+
+// --cpuprofile leaves one profile per phase and names them.
+func TestBench_CPUProfile(t *testing.T) {
+	workdir(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	dir := filepath.Join(t.TempDir(), "prof")
+	r := toolgate(t, "", "bench", "--duration", "20ms", "--callers", "2", "--sync=false", "--cpuprofile", dir)
+	if r.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN"} {
+		path := filepath.Join(dir, name+".pprof")
+		if !strings.Contains(r.stdout, "CPU profile: "+path+"\n") {
+			t.Errorf("the table does not name %s:\n%s", path, r.stdout)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", path, err)
+		}
 	}
 }
 
