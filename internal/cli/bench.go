@@ -53,6 +53,11 @@ see where the time goes with 'go tool pprof'.`,
 			if duration <= 0 {
 				return usageErr("--duration must be positive")
 			}
+			if profile != "" {
+				if err := os.MkdirAll(profile, 0o755); err != nil {
+					return usageErr("--cpuprofile: %v", err)
+				}
+			}
 			p := newProgress(stdio.Err)
 			opts.Progress = p.show
 			rep, err := bench.Run(cmd.Context(), opts)

@@ -107,6 +107,7 @@ func TestBench_Usage(t *testing.T) {
 		{"bench", "--duration", "soon"},
 		{"bench", "--frobnicate"},
 		{"bench", "extra"},
+		{"bench", "--duration", "10ms", "--cpuprofile", "/dev/null/profiles"},
 	} {
 		r := toolgate(t, "", args...)
 		if r.code != ExitUsage {
