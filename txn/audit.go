@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -71,12 +72,16 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []auditEvent) error {
 	log.FillPercent = 1.0 // append-only: split full pages, not half-full ones
 	var seq uint64
 	var link [32]byte
-	if head := log.Get(keyAuditHead); head != nil {
+	head := log.Get(keyAuditHead)
+	if head != nil {
 		if len(head) != 40 {
 			return fmt.Errorf("%w: audit head is %d bytes", ErrCorrupt, len(head))
 		}
 		seq = binary.BigEndian.Uint64(head)
 		copy(link[:], head[8:])
+	}
+	if err := checkAuditTail(log, head != nil, seq); err != nil {
+		return err
 	}
 	var key [8]byte
 	binary.BigEndian.PutUint64(key[:], seq+1)
@@ -116,10 +121,33 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []auditEvent) error {
 	if err := log.Put(key[:], value); err != nil {
 		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
 	}
-	var head [40]byte
-	binary.BigEndian.PutUint64(head[:], seq)
-	copy(head[8:], link[:])
-	return log.Put(keyAuditHead, head[:])
+	var next [40]byte
+	binary.BigEndian.PutUint64(next[:], seq)
+	copy(next[8:], link[:])
+	return log.Put(keyAuditHead, next[:])
+}
+
+// checkAuditTail makes sure the next group, under key seq+1, goes after
+// every stored one: a head that was deleted, or set back, must not make the
+// store write over entries (and so erase the evidence that the log was
+// tampered with). It refuses such a log with ErrCorrupt.
+func checkAuditTail(log *bolt.Bucket, hasHead bool, seq uint64) error {
+	c := log.Cursor()
+	k, _ := c.Last()
+	if k != nil && bytes.Equal(k, keyAuditHead) {
+		k, _ = c.Prev()
+	}
+	switch {
+	case k == nil:
+		return nil
+	case !hasHead:
+		return fmt.Errorf("%w: the audit log holds entries but its head is missing; it was tampered with (toolgate audit verify)", ErrCorrupt)
+	case len(k) != 8:
+		return fmt.Errorf("%w: unexpected key %x in the audit log (toolgate audit verify)", ErrCorrupt, k)
+	case binary.BigEndian.Uint64(k) > seq:
+		return fmt.Errorf("%w: the audit log's head records %d entries but a group starts at entry %d; it was tampered with (toolgate audit verify)", ErrCorrupt, seq, binary.BigEndian.Uint64(k))
+	}
+	return nil
 }
 
 // prepareAudit refuses events that are not one valid JSON value (unless

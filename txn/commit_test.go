@@ -1,8 +1,10 @@
 package txn_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -323,53 +325,88 @@ func TestStore_GroupCommitAudit(t *testing.T) {
 
 // A damaged audit head fails the writes that carry audit events, with
 // ErrCorrupt and nothing of them stored, and not the writes in their batch
-// that carry none.
+// that carry none. A head that was deleted or set back is damaged too: the
+// store must not write over the entries stored (which would erase the
+// evidence of the tampering).
 func TestStore_DamagedAuditHead(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "h.db")
-	s := openStoreAt(t, path)
-	ctx := context.Background()
-	if err := s.Put(ctx, newRecord("first", "t", "FAILED"), txn.AuditEvent{Data: []byte(`{"n":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("audit")).Put([]byte(txn.AuditHeadKey), []byte("bad"))
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s = openStoreAt(t, path)
+	for _, tc := range []struct {
+		name   string
+		damage func(log *bolt.Bucket) error
+	}{
+		{"malformed", func(log *bolt.Bucket) error { return log.Put([]byte(txn.AuditHeadKey), []byte("bad")) }},
+		{"deleted", func(log *bolt.Bucket) error { return log.Delete([]byte(txn.AuditHeadKey)) }},
+		{"set back", func(log *bolt.Bucket) error {
+			head := bytes.Clone(log.Get([]byte(txn.AuditHeadKey)))
+			binary.BigEndian.PutUint64(head, 1) // the log holds 3 entries, in 3 groups
+			return log.Put([]byte(txn.AuditHeadKey), head)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "h.db")
+			s := openStoreAt(t, path)
+			ctx := context.Background()
+			for i := range 3 {
+				if err := s.Put(ctx, newRecord(fmt.Sprint("first", i), "t", "FAILED"), txn.AuditEvent{Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := auditRaw(t, s)
+			s.Close()
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error { return tc.damage(tx.Bucket([]byte("audit"))) })
+			db.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = openStoreAt(t, path)
+			damaged := auditRaw(t, s)
 
-	const n = 16
-	var wg sync.WaitGroup
-	errs := make([]error, 2*n)
-	for i := range n {
-		wg.Go(func() {
-			id := fmt.Sprintf("h%02d", i)
-			errs[i] = s.Put(ctx, newRecord(id, "t", "FAILED"), txn.AuditEvent{Data: []byte(`{"n":2}`)})
+			const n = 16
+			var wg sync.WaitGroup
+			errs := make([]error, 2*n)
+			for i := range n {
+				wg.Go(func() {
+					id := fmt.Sprintf("h%02d", i)
+					errs[i] = s.Put(ctx, newRecord(id, "t", "FAILED"), txn.AuditEvent{Data: []byte(`{"n":2}`)})
+				})
+				wg.Go(func() { errs[n+i] = s.PutState(ctx, "h", fmt.Sprint(i), []byte("v")) })
+			}
+			wg.Wait()
+			for i := range n {
+				if !errors.Is(errs[i], txn.ErrCorrupt) {
+					t.Errorf("Put with an audit event over a damaged head = %v, want ErrCorrupt", errs[i])
+				}
+				if _, err := s.Get(ctx, fmt.Sprintf("h%02d", i)); !errors.Is(err, txn.ErrNotFound) {
+					t.Errorf("the refused record was stored: %v", err)
+				}
+				if errs[n+i] != nil {
+					t.Errorf("PutState without audit events = %v", errs[n+i])
+				}
+			}
+			if s.Err() != nil {
+				t.Fatalf("the store was poisoned: %v", s.Err())
+			}
+			if after := auditRaw(t, s); !reflect.DeepEqual(after, damaged) {
+				t.Errorf("the damaged log changed:\nbefore %q\nafter  %q", damaged, after)
+			}
+			if len(damaged) < len(before)-1 {
+				t.Fatalf("the damage removed more than the head: %q", damaged)
+			}
 		})
-		wg.Go(func() { errs[n+i] = s.PutState(ctx, "h", fmt.Sprint(i), []byte("v")) })
 	}
-	wg.Wait()
-	for i := range n {
-		if !errors.Is(errs[i], txn.ErrCorrupt) {
-			t.Errorf("Put with an audit event over a damaged head = %v, want ErrCorrupt", errs[i])
-		}
-		if _, err := s.Get(ctx, fmt.Sprintf("h%02d", i)); !errors.Is(err, txn.ErrNotFound) {
-			t.Errorf("the refused record was stored: %v", err)
-		}
-		if errs[n+i] != nil {
-			t.Errorf("PutState without audit events = %v", errs[n+i])
-		}
+}
+
+// auditRaw returns the audit log's keys and values as stored.
+func auditRaw(t *testing.T, s *txn.Store) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	if err := s.AuditRaw(context.Background(), func(k, v []byte) error { m[string(k)] = string(v); return nil }); err != nil {
+		t.Fatal(err)
 	}
-	if s.Err() != nil {
-		t.Fatalf("the store was poisoned: %v", s.Err())
-	}
+	return m
 }
 
 // A Store poisoned by a failed update refuses everything until reopened.
