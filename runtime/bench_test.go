@@ -50,7 +50,7 @@ func BenchmarkFloor_BoltUpdates(b *testing.B) {
 		noSync bool
 	}{{"nosync", true}, {"durable", false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			db, err := bbolt.Open(filepath.Join(b.TempDir(), "f.db"), 0o600, &bbolt.Options{NoSync: mode.noSync, NoGrowSync: mode.noSync, FreelistType: bbolt.FreelistMapType, NoFreelistSync: true})
+			db, err := bbolt.Open(filepath.Join(b.TempDir(), "f.db"), 0o600, &bbolt.Options{NoSync: mode.noSync, NoGrowSync: mode.noSync, FreelistType: bbolt.FreelistMapType})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -37,3 +37,6 @@ func Claims(s *Store) ([]string, error) {
 
 // Batches returns how many bbolt updates the committer has run.
 func Batches(s *Store) int64 { return s.batches.Load() }
+
+// FreelistSynced reports whether the file at path stores its freelist.
+func FreelistSynced(path string) (synced, ok bool) { return freelistSynced(path) }

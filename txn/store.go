@@ -112,7 +112,17 @@ func Open(path string, opts *Options) (*Store, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	if !opts.ReadOnly {
+		if synced, ok := freelistSynced(path); ok && !synced {
+			// bbolt is about to rebuild the freelist by walking every page
+			// where a damaged one would crash the process: walk them here
+			// first, where that is an error.
+			if err := checkPages(path, timeout); err != nil {
+				return nil, err
+			}
+		}
+	}
+	db, err := openBolt(path, &bolt.Options{
 		Timeout:  timeout,
 		NoSync:   opts.NoSync,
 		ReadOnly: opts.ReadOnly,
@@ -120,16 +130,19 @@ func Open(path string, opts *Options) (*Store, error) {
 		// array freelist scans linearly and degrades badly on large,
 		// fragmented files.
 		FreelistType: bolt.FreelistMapType,
-		// Do not persist the freelist: bbolt rebuilds it by scanning the file
-		// at open, and every commit writes fewer pages.
-		NoFreelistSync: true,
+		// Persist the freelist. Without it bbolt rebuilds the freelist by
+		// walking every page, at each open for writing and after each
+		// rolled-back update, holding the writer meanwhile, and it walks
+		// on a goroutine of its own, where a damaged page is a panic that
+		// crashes the process instead of an error.
+		NoFreelistSync: false,
 		// Without fsync on commit, an fsync when the file grows (every
 		// 16 MiB) protects nothing and stalls the writer for the whole
 		// page cache's flush.
 		NoGrowSync: opts.NoSync,
 	})
 	if err != nil {
-		return nil, openError(path, err)
+		return nil, err
 	}
 	if err := initialize(db, path, opts.ReadOnly); err != nil {
 		_ = db.Close()
@@ -158,6 +171,21 @@ func openError(path string, err error) error {
 		// unexported "file size too small" error for short foreign files.
 		return fmt.Errorf("%w: %s: not a bbolt database: %v", ErrCorrupt, path, err)
 	}
+}
+
+// openBolt runs bolt.Open, turning a panic (bbolt reading a damaged meta
+// or freelist page) into an error wrapping ErrCorrupt.
+func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			db, err = nil, fmt.Errorf("%w: %s: bbolt failed reading a page (%v); check the file with 'bbolt check'", ErrCorrupt, path, v)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, opts)
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	return db, nil
 }
 
 // initialize creates the buckets and writes or checks the format version.
@@ -422,7 +450,19 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return translate(s.db.View(fn))
+	return translate(s.viewTx(fn))
+}
+
+// viewTx runs db.View, turning a panic into an error as update does: bbolt
+// panics on some forms of page corruption instead of returning an error,
+// and a reader of a damaged file must get an error, not a crash.
+func (s *Store) viewTx(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = recovered(v)
+		}
+	}()
+	return s.db.View(fn)
 }
 
 func (s *Store) ready(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -187,10 +188,51 @@ func (s *Store) release() {
 	s.used = s.used[:0]
 }
 
-// panicError is a panic recovered from a bbolt update.
-type panicError struct{ value any }
+// panicError is a panic recovered from a bbolt transaction. One raised by
+// bbolt itself means a page it read is not what it should be: the error
+// then wraps ErrCorrupt.
+type panicError struct {
+	value   any
+	corrupt bool // bbolt panicked (or the runtime, in bbolt's code)
+}
 
-func (p *panicError) Error() string { return fmt.Sprintf("txn: panic during commit: %v", p.value) }
+func (p *panicError) Error() string {
+	if p.corrupt {
+		return fmt.Sprintf("%v: bbolt failed reading a page (%v); check the file with 'bbolt check'", ErrCorrupt, p.value)
+	}
+	return fmt.Sprintf("txn: panic during commit: %v", p.value)
+}
+
+func (p *panicError) Unwrap() error {
+	if p.corrupt {
+		return ErrCorrupt
+	}
+	return nil
+}
+
+// recovered turns a recovered panic value into a *panicError. It must be
+// called by the deferred function that recovered it, so that the stack
+// still shows where the panic began.
+func recovered(v any) *panicError {
+	var pcs [64]uintptr
+	n := goruntime.Callers(2, pcs[:])
+	frames := goruntime.CallersFrames(pcs[:n])
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case panicking && strings.HasPrefix(f.Function, "runtime."):
+			// a runtime error (an index out of range) raised in the caller
+		case panicking:
+			return &panicError{value: v, corrupt: strings.HasPrefix(f.Function, "go.etcd.io/bbolt")}
+		}
+		if !more {
+			return &panicError{value: v}
+		}
+	}
+}
 
 // update runs db.Update, turning a panic (a caller's callback, or bbolt
 // meeting a corrupt page) into an error: bbolt has already rolled the update
@@ -199,7 +241,7 @@ func (p *panicError) Error() string { return fmt.Sprintf("txn: panic during comm
 func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &panicError{v}
+			err = recovered(v)
 		}
 	}()
 	return s.db.Update(fn)

@@ -471,7 +471,7 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 		NoSync:  !b.opts.Sync,
 		// As package txn opens its database.
 		FreelistType:   bolt.FreelistMapType,
-		NoFreelistSync: true,
+		NoFreelistSync: false,
 		NoGrowSync:     !b.opts.Sync,
 	})
 	if err != nil {

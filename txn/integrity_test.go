@@ -1,0 +1,179 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+const damagedRecords = 2000
+
+// damagedStore writes records into a new store, closes it, and overwrites
+// the header of a leaf page in the middle of the file with garbage. With
+// unsyncedFreelist, the file is first rewritten the way bbolt leaves it
+// with NoFreelistSync (no freelist page), so that opening it for writing
+// makes bbolt walk every page.
+func damagedStore(t *testing.T, unsyncedFreelist bool) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "d.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	for i := range damagedRecords {
+		if err := s.Put(ctx, newRecord(fmt.Sprintf("rec-%05d", i), "t", "FAILED")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if unsyncedFreelist {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("touch"), []byte("1")) })
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true}) // tx.Page needs the freelist
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaves []int
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 2; ; id++ {
+			p, err := tx.Page(id)
+			if err != nil || p == nil {
+				return nil
+			}
+			if p.Type == "leaf" {
+				leaves = append(leaves, id)
+			}
+		}
+	})
+	pageSize := db.Info().PageSize
+	db.Close()
+	if err != nil || len(leaves) < 10 {
+		t.Fatalf("%d leaf pages: %v", len(leaves), err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := []byte{0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee}
+	_, err = f.WriteAt(garbage, int64(leaves[len(leaves)/2]*pageSize))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A damaged page is an error wrapping ErrCorrupt for whoever reads it, never
+// a crash: bbolt panics on such pages, sometimes on a goroutine of its own.
+func TestStore_DamagedPage(t *testing.T) {
+	ctx := context.Background()
+	readAll := func(t *testing.T, s *txn.Store) {
+		t.Helper()
+		if _, err := s.List(ctx, txn.Filter{}); !errors.Is(err, txn.ErrCorrupt) {
+			t.Errorf("List over a damaged page = %v, want ErrCorrupt", err)
+		}
+		corrupt := 0
+		for i := range damagedRecords {
+			_, err := s.Get(ctx, fmt.Sprintf("rec-%05d", i))
+			switch {
+			case errors.Is(err, txn.ErrCorrupt):
+				corrupt++
+			case err != nil:
+				t.Fatalf("Get: %v", err)
+			}
+		}
+		if corrupt == 0 {
+			t.Error("no Get met the damaged page")
+		}
+	}
+
+	t.Run("read-only", func(t *testing.T) {
+		s, err := txn.Open(damagedStore(t, false), &txn.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		readAll(t, s)
+	})
+
+	t.Run("writer", func(t *testing.T) {
+		s, err := txn.Open(damagedStore(t, false), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		readAll(t, s)
+		// A write whose check reads the damaged page fails alone, and the
+		// update rolled back for it does not crash either.
+		corrupt := 0
+		for i := range damagedRecords {
+			err := s.Put(ctx, newRecord(fmt.Sprintf("rec-%05d", i), "t", "FAILED"))
+			switch {
+			case errors.Is(err, txn.ErrCorrupt):
+				corrupt++
+			case !errors.Is(err, txn.ErrExists):
+				t.Fatalf("Put of an existing id = %v", err)
+			}
+		}
+		if corrupt == 0 {
+			t.Error("no Put met the damaged page")
+		}
+		if err := s.Put(ctx, newRecord("zzz-new", "t", "FAILED")); err != nil {
+			t.Errorf("a write away from the damaged page = %v", err)
+		}
+	})
+
+	t.Run("writer, freelist to rebuild", func(t *testing.T) {
+		s, err := txn.Open(damagedStore(t, true), nil)
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, txn.ErrCorrupt) {
+			t.Fatalf("Open = %v, want ErrCorrupt", err)
+		}
+	})
+}
+
+// A file whose freelist bbolt must rebuild opens for writing when it is
+// sound, and stores its freelist from then on.
+func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u.db")
+	s := openStoreAt(t, path)
+	if err := s.Put(context.Background(), newRecord("a", "t", "FAILED")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("touch"), []byte("1")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if synced, ok := txn.FreelistSynced(path); !ok || synced {
+		t.Fatalf("before: synced %v ok %v, want a file without freelist", synced, ok)
+	}
+	s = openStoreAt(t, path)
+	if rec, err := s.Get(context.Background(), "a"); err != nil || rec.State != "FAILED" {
+		t.Fatalf("Get = %+v, %v", rec, err)
+	}
+	s.Close()
+	if synced, ok := txn.FreelistSynced(path); !ok || !synced {
+		t.Fatalf("after: synced %v ok %v, want the freelist stored", synced, ok)
+	}
+}
