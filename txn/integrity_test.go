@@ -32,15 +32,7 @@ func damagedStore(t *testing.T, unsyncedFreelist bool) string {
 	}
 	s.Close()
 	if unsyncedFreelist {
-		db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("touch"), []byte("1")) })
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		dropStoredFreelist(t, path)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true}) // tx.Page needs the freelist
 	if err != nil {
@@ -156,15 +148,7 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("touch"), []byte("1")) })
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dropStoredFreelist(t, path)
 	if synced, ok := txn.FreelistSynced(path); !ok || synced {
 		t.Fatalf("before: synced %v ok %v, want a file without freelist", synced, ok)
 	}
@@ -175,5 +159,20 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 	s.Close()
 	if synced, ok := txn.FreelistSynced(path); !ok || !synced {
 		t.Fatalf("after: synced %v ok %v, want the freelist stored", synced, ok)
+	}
+}
+
+// dropStoredFreelist commits an update with bbolt's NoFreelistSync, which
+// leaves the file without a stored freelist, as older builds wrote it.
+func dropStoredFreelist(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("touch"), []byte("1")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
