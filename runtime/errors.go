@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/capability"
 )
@@ -199,12 +200,31 @@ func classOf(err error) classified {
 	return nil
 }
 
+// maxMessage bounds the error message stored in a record, its audit events
+// and a result. A message can quote the input (a path that does not exist):
+// uncapped, one large input would be written several times per attempt.
+const maxMessage = 2048
+
+// capMessage shortens msg to at most maxMessage bytes, at a rune boundary,
+// saying how long it was.
+func capMessage(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	suffix := fmt.Sprintf("… (%d bytes in all)", len(msg))
+	cut := maxMessage - len(suffix)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + suffix
+}
+
 // errorInfo describes err for a result and a record.
 func errorInfo(err error) *ErrorInfo {
 	if err == nil {
 		return nil
 	}
-	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: err.Error()}
+	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: capMessage(err.Error())}
 	if c := classOf(err); c != nil {
 		info.Code = c.code()
 		info.Type = strings.TrimPrefix(fmt.Sprintf("%T", c), "*runtime.")

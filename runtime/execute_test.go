@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
@@ -404,6 +406,36 @@ func TestExecute_Versions(t *testing.T) {
 		res, err := rt.Execute(context.Background(), inv)
 		if err != nil || string(res.Output) != `{"msg":"`+want+`"}` {
 			t.Fatalf("version %q: %s %v", version, res.Output, err)
+		}
+	}
+}
+
+// A long error message (one that quotes a large input, say) is stored
+// capped, in the record, its audit events and the result, at a rune
+// boundary; the error returned to the caller keeps all of it.
+func TestExecute_LongErrorMessageIsCapped(t *testing.T) {
+	long := strings.Repeat("é", 300_000) // 600,000 bytes
+	tl := tool(decl("test.long"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		return msg{}, errors.New("no such file: " + long)
+	})
+	rt, _ := openRuntime(t, nil, tl)
+	res, err := rt.Execute(context.Background(), invoke("test.long", `{"msg":"a"}`))
+	if err == nil || !strings.Contains(err.Error(), long) {
+		t.Fatalf("the returned error lost its message: %.100v", err)
+	}
+	rec := checkAttempt(t, rt, res, lifecycle.RolledBack, pathRolled)
+	for what, m := range map[string]string{"result": res.Error.Message, "record": rec.Error.Message} {
+		if len(m) > 2048 || !utf8.ValidString(m) || !strings.HasSuffix(m, fmt.Sprintf("(%d bytes in all)", len(err.Error()))) || !strings.Contains(m, "no such file: éé") {
+			t.Errorf("%s message: %d bytes, valid UTF-8 %v, ends %q", what, len(m), utf8.ValidString(m), m[max(0, len(m)-40):])
+		}
+	}
+	log, err := rt.AuditLog(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range log {
+		if len(e.Event) > 8192 {
+			t.Errorf("audit event %d is %d bytes", e.Seq, len(e.Event))
 		}
 	}
 }
