@@ -48,9 +48,9 @@ func FileReadRange() Tool {
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "File path to read", "pattern": "^[a-zA-Z0-9/_.-]+$"},
-    "offset": {"type": "integer", "description": "Byte offset to start reading at (default 0)", "minimum": 0},
-    "limit": {"type": "integer", "description": "Most bytes to read (default: to the end of the file)", "minimum": 1}
+    "path": {"type": "string", "description": "File path to read", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
+    "offset": {"type": "integer", "description": "Byte offset to start reading at (default 0)", "minimum": 0, "maximum": 9007199254740991},
+    "limit": {"type": "integer", "description": "Most bytes to read (default: to the end of the file)", "minimum": 1, "maximum": 9007199254740991}
   },
   "required": ["path"],
   "additionalProperties": false
@@ -173,7 +173,7 @@ func FileList() Tool {
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "Directory to list", "pattern": "^[a-zA-Z0-9/_.-]+$"},
+    "path": {"type": "string", "description": "Directory to list", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
     "recursive": {"type": "boolean", "description": "Also list subdirectories (default false)"},
     "limit": {"type": "integer", "description": "Most entries to return (default 1000)", "minimum": 1, "maximum": 10000}
   },
@@ -290,7 +290,7 @@ func FileWrite() Tool {
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "File path to write", "pattern": "^[a-zA-Z0-9/_.-]+$"},
+    "path": {"type": "string", "description": "File path to write", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
     "content": {"type": "string", "description": "The whole new content of the file"}
   },
   "required": ["path", "content"],

@@ -124,7 +124,63 @@ func decodeJSON(b []byte) (any, error) {
 	if _, err := d.Token(); err != io.EOF {
 		return nil, errors.New("unexpected data after the JSON value")
 	}
+	if err := noDuplicateKeys(b); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// noDuplicateKeys refuses a JSON value (already known to be valid) in
+// which an object has the same member name twice. encoding/json keeps the
+// last one: a person approving an input that shows both would not know
+// which one the tool gets (RFC 8259 leaves it undefined; I-JSON, RFC 7493,
+// forbids it).
+func noDuplicateKeys(b []byte) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // a number out of float64's range is the schema's to refuse
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		key    bool // the next token in this object is a member name
+	}
+	var stack []*frame
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if delim, ok := tok.(json.Delim); ok && delim == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			name, _ := tok.(string)
+			if top.keys[name] {
+				return fmt.Errorf("duplicate member name %q at offset %d", name, d.InputOffset())
+			}
+			top.keys[name] = true
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // a value ends here or begins a nested one
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, keys: map[string]bool{}, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 // lintSchema checks the RFC-0001 6.3 rules and returns the JSON pointer of

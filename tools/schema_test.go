@@ -466,6 +466,11 @@ func TestEntry_ValidateInput(t *testing.T) {
 		{name: "invalid UTF-8 in string", input: "{\"path\": \"a\xff\"}", malformed: true, wantLoc: ""},
 		{name: "invalid UTF-8 outside", input: "\xef{\"path\": \"a\"}", malformed: true, wantLoc: ""},
 		{name: "NaN", input: `{"path": "a", "big": NaN}`, malformed: true, wantLoc: ""},
+		// The same member twice: which one would the tool get?
+		{name: "duplicate member", input: `{"path": "safe", "path": "evil"}`, malformed: true, wantLoc: ""},
+		{name: "duplicate member, escaped", input: `{"path": "safe", "p\u0061th": "evil"}`, malformed: true, wantLoc: ""},
+		{name: "duplicate member, nested", input: `{"path": "a", "items": [{"name": "x", "count": 1, "count": 2}]}`, malformed: true, wantLoc: ""},
+		{name: "same name in different objects", input: `{"path": "a", "items": [{"name": "path", "count": 1}, {"name": "x", "count": 1}]}`, wantLoc: "-"},
 
 		{name: "not an object", input: `[]`, wantLoc: ""},
 		{name: "null", input: `null`, wantLoc: ""},

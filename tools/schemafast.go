@@ -287,37 +287,80 @@ func (s *scanner) str() (raw []byte, escaped bool) {
 	}
 }
 
-// skip passes the value at s.i.
-func (s *scanner) skip() {
+// maxSkipDepth bounds how deep skip follows nested values; deeper ones are
+// left to the full validator.
+const maxSkipDepth = 64
+
+// skip passes the value at s.i, reporting false (not proven valid) if an
+// object in it has a member name twice, or one that is escaped, or if it
+// nests deeper than maxSkipDepth. After false, s is left anywhere.
+func (s *scanner) skip() bool { return s.skipAt(0) }
+
+func (s *scanner) skipAt(depth int) bool {
 	s.ws()
 	switch s.b[s.i] {
 	case '"':
 		s.str()
-	case '{', '[':
-		depth := 0
-		for {
-			switch s.b[s.i] {
-			case '"':
-				s.str()
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
+		return true
+	case '[':
+		if depth == maxSkipDepth {
+			return false
+		}
+		s.i++
+		s.ws()
+		if s.b[s.i] == ']' {
 			s.i++
-			if depth == 0 {
-				return
+			return true
+		}
+		for {
+			if !s.skipAt(depth + 1) {
+				return false
+			}
+			s.ws()
+			s.i++ // , or ]
+			if s.b[s.i-1] == ']' {
+				return true
+			}
+		}
+	case '{':
+		if depth == maxSkipDepth {
+			return false
+		}
+		s.i++
+		s.ws()
+		if s.b[s.i] == '}' {
+			s.i++
+			return true
+		}
+		var small [16][]byte
+		keys := small[:0]
+		for {
+			s.ws()
+			key, escaped := s.str()
+			if escaped || slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(key) }) {
+				return false
+			}
+			keys = append(keys, key)
+			s.ws()
+			s.i++ // :
+			if !s.skipAt(depth + 1) {
+				return false
+			}
+			s.ws()
+			s.i++ // , or }
+			if s.b[s.i-1] == '}' {
+				return true
 			}
 		}
 	default:
 		for s.i < len(s.b) {
 			switch s.b[s.i] {
 			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return
+				return true
 			}
 			s.i++
 		}
+		return true
 	}
 }
 
@@ -353,7 +396,7 @@ func (f *fastSchema) check(s *scanner) bool {
 		if c == 'n' {
 			t = fastNull
 		}
-		s.skip()
+		s.skip() // a literal
 	default:
 		start := s.i
 		s.skip()
@@ -414,6 +457,8 @@ func (f *fastSchema) object(s *scanner) bool {
 	s.i++ // {
 	var seen uint64
 	count := 0
+	var small [16][]byte
+	keys := small[:0] // the keys so far: a duplicate is for the full path to refuse
 	s.ws()
 	if s.b[s.i] == '}' {
 		s.i++
@@ -424,10 +469,14 @@ func (f *fastSchema) object(s *scanner) bool {
 			if escaped {
 				return false // its name is not its bytes
 			}
+			for _, k := range keys {
+				if string(k) == string(key) {
+					return false
+				}
+			}
+			keys = append(keys, key)
 			s.ws()
 			s.i++ // :
-			// Counted as written: duplicates make the decoded object
-			// smaller, never larger.
 			if count++; f.maxProps >= 0 && count > f.maxProps {
 				return false
 			}
@@ -451,7 +500,9 @@ func (f *fastSchema) object(s *scanner) bool {
 					return false
 				}
 			default:
-				s.skip()
+				if !s.skip() {
+					return false
+				}
 			}
 			s.ws()
 			if s.b[s.i] == ',' {
@@ -467,8 +518,7 @@ func (f *fastSchema) object(s *scanner) bool {
 
 func (f *fastSchema) array(s *scanner) bool {
 	if f.items == nil && f.maxItems < 0 {
-		s.skip()
-		return true
+		return s.skip()
 	}
 	s.i++ // [
 	s.ws()
@@ -481,7 +531,9 @@ func (f *fastSchema) array(s *scanner) bool {
 			return false
 		}
 		if f.items == nil {
-			s.skip()
+			if !s.skip() {
+				return false
+			}
 		} else if !f.items.check(s) {
 			return false
 		}
