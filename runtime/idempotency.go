@@ -91,7 +91,7 @@ type idem struct {
 // claimKey registers the invocation under its idempotency key, or returns
 // what the key already holds: a replayed result, a conflict, or (with
 // NoWait) an in-flight error. Waiting for a running first invocation is
-// bounded by ctx.
+// bounded by ctx. An input that is not JSON claims nothing (nil, nil, nil).
 func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 	r, inv := c.r, c.inv
 	key := inv.IdempotencyKey
@@ -103,7 +103,10 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 	}
 	reqHash, err := IntentHash(c.decl.ID, c.decl.Version, inv.Input)
 	if err != nil {
-		return nil, nil, &ValidationError{Phase: "input", Err: err}
+		// Not one JSON value: rule 1 fails the attempt, which is recorded
+		// like any other. It never runs, so there is nothing for the key
+		// to guard.
+		return nil, nil, nil
 	}
 	h := &idem{scope: idemScope(inv.Principal, c.decl.ID, key)}
 	wait := 5 * time.Millisecond

@@ -329,3 +329,20 @@ func TestIdempotency_TransientFailureFreesTheKey(t *testing.T) {
 		t.Fatalf("retry after a transient failure: %v, replayed %v, runs %d", err, res.Replayed, runs.Load())
 	}
 }
+
+// An input that is not JSON fails rule 1 and is recorded as FAILED, with or
+// without a key: the key guards nothing that ran.
+func TestIdempotency_MalformedInputIsRecorded(t *testing.T) {
+	var runs atomic.Int32
+	rt, _ := openRuntime(t, nil, countingTool("test.keyed", &runs))
+	for _, key := range []string{"", "k"} {
+		res, err := rt.Execute(context.Background(), keyed("test.keyed", `{"msg":`, key))
+		if !errors.Is(err, tgruntime.ErrValidation) || res == nil {
+			t.Fatalf("key %q: Execute = %+v, %v; want a FAILED result and a ValidationError", key, res, err)
+		}
+		checkAttempt(t, rt, res, lifecycle.Failed, pathFailed)
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("the tool ran %d times", runs.Load())
+	}
+}
