@@ -48,12 +48,15 @@ type stager struct {
 	intents []fileIntent
 	keys    []string
 	pending map[fileIntent]string // a staged file (Root, Staged) -> its key in pendingNamespace
+	// discarded is set by discard: a tool still running after its attempt
+	// ended (abandoned at the deadline) can stage nothing more.
+	discarded bool
 }
 
 func (s *stager) Prepare(root, staged string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.tx.Active() {
+	if s.discarded || !s.tx.Active() {
 		return txn.ErrTxDone
 	}
 	if s.pending == nil {
@@ -74,6 +77,9 @@ func (s *stager) Prepare(root, staged string) error {
 func (s *stager) Stage(root, staged, target string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.discarded {
+		return txn.ErrTxDone
+	}
 	key := s.tx.ID() + "/" + strconv.Itoa(len(s.intents))
 	b, err := json.Marshal(fileIntent{Root: root, Staged: staged, Target: target})
 	if err != nil {
@@ -110,12 +116,14 @@ func (s *stager) discard() {
 		return
 	}
 	s.mu.Lock()
+	s.discarded = true
 	var keys []string
 	var files []fileIntent
 	for f, key := range s.pending {
 		keys = append(keys, key)
 		files = append(files, f) // the root as granted: never re-derived from a path that a symlink could redirect
 	}
+	s.pending = nil
 	s.mu.Unlock()
 	for _, f := range files {
 		removeStaged(f)

@@ -117,6 +117,40 @@ func TestFileWrite_RollbackLeavesFilesAsTheyWere(t *testing.T) {
 	}
 }
 
+// A tool that ignores its deadline and stages a file after its attempt
+// was rolled back is refused: nothing is left behind for Open to find.
+// (The stager also refuses between discarding the attempt's staged files
+// and the end of its transaction; that window is too short to hit here.)
+func TestFileWrite_AbandonedToolCannotStage(t *testing.T) {
+	dir := t.TempDir()
+	late := make(chan error, 1)
+	release := make(chan struct{})
+	tl := tool(decl("test.late", func(d *tools.Declaration) {
+		d.RequiredCapabilities = []capability.Capability{{Name: "filesystem.write", Scope: dir}}
+		d.ResourceLimits.MaxExecutionTime = 50e6
+	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		<-release // past the deadline: the attempt has been rolled back
+		_, err := env.FS("filesystem.write").WriteStaged("late.txt", []byte("late"), 0o644)
+		late <- err
+		return in, err
+	})
+	rt, _ := openRuntime(t, writeOpts(dir), tl)
+	res, err := rt.Execute(context.Background(), invoke("test.late", `{"msg":"x"}`))
+	if err == nil || res.State != lifecycle.RolledBack {
+		t.Fatalf("Execute = %v, %s; want the timeout", err, res.State)
+	}
+	close(release)
+	if err := <-late; err == nil {
+		t.Fatal("a staged write after the rollback succeeded")
+	}
+	if left := stagedLeft(t, dir); len(left) != 0 {
+		t.Errorf("staged files left: %v", left)
+	}
+	if vals, _ := tgruntime.StoreOf(rt).StateValues(context.Background(), "toolgate.staging"); len(vals) != 0 {
+		t.Errorf("pending records left: %v", vals)
+	}
+}
+
 // A crash between the commit and the rename is finished when the database
 // is next opened.
 func TestFileWrite_CrashBetweenCommitAndRename(t *testing.T) {
