@@ -121,8 +121,9 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 
 // Serve serves on l until ctx ends, then shuts down gracefully: it stops
 // accepting, lets running invocations finish within the grace period,
-// aborts the rest (recorded ABORTED then ROLLED_BACK) and closes the
-// runtime. It returns nil after a clean shutdown.
+// aborts the rest (recorded ABORTED then ROLLED_BACK, and answered to their
+// callers as such) and closes the runtime. It returns nil after a clean
+// shutdown.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
@@ -136,26 +137,37 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return s.Shutdown(hs)
 }
 
-// Shutdown stops hs and the runtime as Serve does.
+// answerDrain is how long after the grace period the HTTP server waits for
+// the handlers of aborted invocations to write their answers before it
+// drops the connections left.
+const answerDrain = 2 * time.Second
+
+// Shutdown stops hs and the runtime as Serve does. In order: hs stops
+// accepting and the runtime refuses new invocations; running invocations
+// have the grace period to finish; at its end the runtime aborts the rest,
+// whose handlers then answer the aborted result; only then, or answerDrain
+// later at the latest, does hs close its connections.
 func (s *Server) Shutdown(hs *http.Server) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
 	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod))
 	defer cancel()
-	// Close the runtime alongside: once the grace period ends it aborts the
-	// invocations still running, so their handlers answer and return.
 	closed := make(chan error, 1)
 	go func() { closed <- s.rt.Close(grace) }()
-	err := hs.Shutdown(grace)
+	// hs waits past the grace period: the aborted invocations' handlers
+	// still have to write their answers.
+	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod)+answerDrain)
+	defer cancelDrain()
+	err := hs.Shutdown(drain)
 	if err != nil {
-		hs.Close() // past the grace period: drop what is left
+		hs.Close() // a handler that did not answer in time: drop what is left
 	}
 	if cerr := <-closed; cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
 		return cerr
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil // the rest were aborted and recorded
+		return nil // the invocations were aborted and recorded; some answers were lost
 	}
 	return err
 }
@@ -321,7 +333,9 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
 		return
-	case errors.Is(err, tgruntime.ErrClosed):
+	case res == nil && errors.Is(err, tgruntime.ErrClosed):
+		// Refused before it ran. An invocation aborted by the shutdown has
+		// a result (ROLLED_BACK), answered below like any other.
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
 		return

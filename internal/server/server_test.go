@@ -525,8 +525,18 @@ func TestServer_ShutdownWithInflight(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
+	// Each caller gets the aborted outcome as an answer, not a cut
+	// connection: the server closes only after the handlers have written.
 	for range 3 {
-		<-results // answered (aborted) or cut off: either way, recorded below
+		err := <-results
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 200 || !errors.Is(err, client.ErrNotCompleted) || e.Result == nil || e.Result.State != "ROLLED_BACK" {
+			t.Errorf("an in-flight caller at shutdown: %v; want the 200 ROLLED_BACK result", err)
+			continue
+		}
+		if !bytes.Contains(e.Result.Attempts[len(e.Result.Attempts)-1], []byte("ABORTED")) {
+			t.Errorf("the answer does not say the attempt was aborted: %s", e.Result.Attempts[len(e.Result.Attempts)-1])
+		}
 	}
 	if _, err := c.Execute(context.Background(), inv("test.echo", `{"msg":"late"}`)); err == nil {
 		t.Error("a request was served after shutdown")
