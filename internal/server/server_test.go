@@ -654,6 +654,77 @@ func TestServer_RawRequests(t *testing.T) {
 	}
 }
 
+// A method an endpoint does not take is a 405 problem naming the methods
+// it does take, not a 404: the endpoint exists.
+func TestServer_MethodNotAllowed(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/tools/test.echo/execute", "POST"},
+		{http.MethodPut, "/v1/tools/test.echo/execute", "POST"},
+		{http.MethodGet, "/tools/test.echo/execute", "POST"},
+		{http.MethodDelete, "/v1/tools/test.echo", "GET, HEAD"},
+		{http.MethodPost, "/v1/tools", "GET, HEAD"},
+		{http.MethodPatch, "/v1/executions/x", "GET, HEAD"},
+		{http.MethodGet, "/v1/intents", "POST"},
+		{http.MethodGet, "/v1/intents/x/approve", "POST"},
+		{http.MethodGet, "/v1/intents/x/execute", "POST"},
+		{http.MethodPost, "/healthz", "GET, HEAD"},
+		{http.MethodPost, "/readyz", "GET, HEAD"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, f.http.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+agentToken)
+			resp, err := f.http.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var p map[string]any
+			json.NewDecoder(resp.Body).Decode(&p)
+			if resp.StatusCode != 405 || p["status"] != float64(405) || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%d %v; want a 405 problem", resp.StatusCode, p)
+			}
+			if got := resp.Header.Get("Allow"); got != tc.allow {
+				t.Errorf("Allow %q; want %q", got, tc.allow)
+			}
+		})
+	}
+	if code, _, _ := f.post(t, "/v1/no/such/endpoint", agentToken, "application/json", `{}`); code != 404 {
+		t.Errorf("an unknown path: %d; want 404", code)
+	}
+}
+
+// A body of the wrong shape is described in the API's terms, never with
+// the server's Go type names.
+func TestServer_BodyShapeErrors(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for _, tc := range []struct{ name, path, body, want string }{
+		{"array", "/v1/tools/test.echo/execute", `[1]`, `JSON object with the fields "input", "version", "callId"`},
+		{"string", "/v1/tools/test.echo/execute", `"x"`, "JSON object"},
+		{"number version", "/v1/tools/test.echo/execute", `{"input":{"msg":"x"},"version":7}`, `"version" must be a string, not a number`},
+		{"object callId", "/v1/tools/test.echo/execute", `{"input":{"msg":"x"},"callId":{}}`, `"callId" must be a string, not an object`},
+		{"proposal array", "/v1/intents", `[]`, `JSON object with the fields "tool", "version", "input"`},
+		{"intent hash", "/v1/intents/x/execute", `{"hash":true}`, `"hash" must be a string, not a boolean`},
+		{"unknown field", "/v1/tools/test.echo/execute", `{"input":{},"grants":[]}`, `unknown field "grants"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, p := f.post(t, tc.path, agentToken, "application/json", tc.body)
+			detail, _ := p["detail"].(string)
+			if code != 400 || !strings.Contains(detail, tc.want) {
+				t.Errorf("%d %q; want 400 saying %q", code, detail, tc.want)
+			}
+			for _, leak := range []string{"Go ", "server.", "Request", "unmarshal"} {
+				if strings.Contains(detail, leak) {
+					t.Errorf("the detail %q leaks %q", detail, leak)
+				}
+			}
+		})
+	}
+}
+
 func TestServer_Health(t *testing.T) {
 	f := newFixture(t, nil, nil)
 	for _, p := range []string{"/healthz", "/readyz"} {
