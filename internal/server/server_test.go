@@ -327,16 +327,18 @@ func TestServer_StatusCodes(t *testing.T) {
 	if it, err := f.client(t, approverToken).Approve(ctx, it.ID); err != nil || it.Status != "approved" {
 		t.Errorf("approval: %v, %+v", err, it)
 	}
-	if _, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 {
-		t.Errorf("an invalid proposal: %v", err)
+	if bad, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 || bad != nil {
+		t.Errorf("an invalid proposal: %v, %+v", err, bad)
 	}
 	// Executing intents remotely: approved and unchanged, at most once.
 	pending, _ := agent.Propose(ctx, inv("test.echo", `{"msg":"p"}`))
 	if _, err := agent.ExecuteIntent(ctx, pending.ID, pending.Hash); status(err) != 403 {
 		t.Errorf("a pending intent: %v", err)
 	}
-	if _, err := agent.ExecuteIntent(ctx, it.ID, strings.Repeat("0", 64)); status(err) != 422 {
-		t.Errorf("a wrong hash: %v", err)
+	_, err = agent.ExecuteIntent(ctx, it.ID, strings.Repeat("0", 64))
+	var refused *client.Error
+	if !errors.As(err, &refused) || refused.Status != 422 || !errors.Is(err, client.ErrIntentRefused) || errors.Is(err, client.ErrInvalidInput) || refused.Code != "intent_hash_mismatch" {
+		t.Errorf("a wrong hash: %v; want ErrIntentRefused with code intent_hash_mismatch", err)
 	}
 	if _, err := agent.ExecuteIntent(ctx, "not-a-uuid", it.Hash); status(err) != 400 {
 		t.Errorf("a malformed id: %v", err)
@@ -399,6 +401,38 @@ func TestServer_RateLimitAndBusy(t *testing.T) {
 	// Other principals have their own bucket.
 	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
 		t.Fatalf("another principal was rate limited: %v", err)
+	}
+}
+
+// A handle refusing something outside the grants during execution is a
+// denial too: the result (200, ROLLED_BACK, AuthorizationError) is
+// reported as both ErrNotCompleted and ErrDenied.
+func TestServer_HandleRefusalIsDenied(t *testing.T) {
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) {
+		decl := tools.Declaration{
+			ID: "test.escape", Version: "1.0.0", Name: "test.escape", Description: "writes outside its grant",
+			InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+			RequiredCapabilities: []capability.Capability{capability.MustParse("state.write:test")},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 30 * time.Second},
+		}
+		err := o.Registry.Register(tools.NewTyped(decl, func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			return in, env.State.Put("other", in.Msg, []byte(in.Msg)) // namespace not granted
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	res, err := f.client(t, agentToken).Execute(context.Background(), inv("test.escape", `{"msg":"x"}`))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 200 || res == nil || res.State != "ROLLED_BACK" || e.Code != "capability_boundary" {
+		t.Fatalf("a handle refusal: %v, %+v", err, res)
+	}
+	if !errors.Is(err, client.ErrDenied) || !errors.Is(err, client.ErrNotCompleted) {
+		t.Errorf("a handle refusal: ErrDenied %v, ErrNotCompleted %v; want both", errors.Is(err, client.ErrDenied), errors.Is(err, client.ErrNotCompleted))
+	}
+	// A tool's own failure is not a denial.
+	if _, err := f.client(t, agentToken).Execute(context.Background(), inv("test.fail", `{"msg":"x"}`)); errors.Is(err, client.ErrDenied) {
+		t.Errorf("a tool failure matches ErrDenied: %v", err)
 	}
 }
 
