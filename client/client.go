@@ -6,9 +6,26 @@
 //	c, _ := client.New("http://127.0.0.1:7070", os.Getenv("TOOLGATE_TOKEN"), nil)
 //	res, err := c.Execute(ctx, client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"README.md"}`)})
 //	switch {
-//	case errors.Is(err, client.ErrDenied):     // 403: a capability is missing
+//	case errors.Is(err, client.ErrDenied):     // a capability is missing, or a handle refused
 //	case errors.Is(err, client.ErrRateLimited): // 429: retry after err.(*client.Error).RetryAfter
 //	}
+//
+// # Errors
+//
+// Every error from the server is an *Error, matched with errors.Is against
+// the sentinel of its status (see the list of sentinels). Two cases carry
+// more than the status:
+//
+//   - An invocation that ran but did not complete is a 200 whose result says
+//     why: ErrNotCompleted, with the result in Error.Result and its error
+//     code in Error.Code. When a handle refused something outside the
+//     grants during execution (the result's error type is
+//     AuthorizationError, code capability_boundary; the attempt was rolled
+//     back), the error is also ErrDenied, as a 403 denial before the run is.
+//   - An approved intent the server refuses to run (422: its hash does not
+//     match, its tool changed, its record is damaged) is ErrIntentRefused,
+//     not ErrInvalidInput; Error.Code says why: intent_hash_mismatch,
+//     intent_tool_changed or intent_corrupt.
 //
 // The caller's trace context (W3C traceparent) is sent with every request,
 // so the server's spans continue the caller's trace.
@@ -89,17 +106,18 @@ type ErrorInfo struct {
 // The errors of Execute, matched with errors.Is; unpack *Error for the
 // details.
 var (
-	ErrBadRequest   = errors.New("client: bad request")                     // 400, 413, 415
-	ErrUnauthorized = errors.New("client: unauthorized")                    // 401
-	ErrDenied       = errors.New("client: denied")                          // 403
-	ErrNotFound     = errors.New("client: not found")                       // 404
-	ErrInFlight     = errors.New("client: idempotency key in flight")       // 409
-	ErrConflict     = errors.New("client: idempotency key reused")          // 422, another request under the key
-	ErrInvalidInput = errors.New("client: input does not match the schema") // 422
-	ErrRateLimited  = errors.New("client: rate limited")                    // 429
-	ErrUnavailable  = errors.New("client: unavailable")                     // 503
-	ErrNotCompleted = errors.New("client: the invocation did not complete") // 200 with a failure in the result
-	ErrServer       = errors.New("client: server error")                    // other statuses
+	ErrBadRequest    = errors.New("client: bad request")                     // 400, 413, 415
+	ErrUnauthorized  = errors.New("client: unauthorized")                    // 401
+	ErrDenied        = errors.New("client: denied")                          // 403; or 200 with a handle's refusal in the result
+	ErrNotFound      = errors.New("client: not found")                       // 404
+	ErrInFlight      = errors.New("client: idempotency key in flight")       // 409
+	ErrConflict      = errors.New("client: idempotency key reused")          // 422, another request under the key
+	ErrInvalidInput  = errors.New("client: input does not match the schema") // 422
+	ErrIntentRefused = errors.New("client: intent refused")                  // 422, an approved intent not run; Error.Code says why
+	ErrRateLimited   = errors.New("client: rate limited")                    // 429
+	ErrUnavailable   = errors.New("client: unavailable")                     // 503
+	ErrNotCompleted  = errors.New("client: the invocation did not complete") // 200 with a failure in the result
+	ErrServer        = errors.New("client: server error")                    // other statuses
 )
 
 // Error is a refusal or a failure, from an RFC 9457 problem document (or a
@@ -122,10 +140,15 @@ func (e *Error) Error() string {
 	return s
 }
 
-// Is matches the sentinel of the status.
+// Is matches the sentinel of the status and problem type; a result a
+// handle refused during execution (200, AuthorizationError) matches
+// ErrDenied too.
 func (e *Error) Is(target error) bool {
 	switch e.Status {
 	case http.StatusOK:
+		if target == ErrDenied {
+			return e.Result != nil && e.Result.Error != nil && e.Result.Error.Type == "AuthorizationError"
+		}
 		return target == ErrNotCompleted
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
 		return target == ErrBadRequest
@@ -141,8 +164,11 @@ func (e *Error) Is(target error) bool {
 		}
 		return target == ErrConflict
 	case http.StatusUnprocessableEntity:
-		if strings.HasSuffix(e.Type, "/idempotency-conflict") {
+		switch {
+		case strings.HasSuffix(e.Type, "/idempotency-conflict"):
 			return target == ErrConflict
+		case strings.HasSuffix(e.Type, "/intent-refused"):
+			return target == ErrIntentRefused
 		}
 		return target == ErrInvalidInput
 	case http.StatusTooManyRequests:
@@ -222,7 +248,8 @@ type Intent struct {
 	Status  string          `json:"status"`
 }
 
-// Propose stores inv as an intent awaiting approval.
+// Propose stores inv as an intent awaiting approval. On error the intent is
+// nil.
 func (c *Client) Propose(ctx context.Context, inv Invocation) (*Intent, error) {
 	body, err := json.Marshal(struct {
 		Tool    string          `json:"tool"`
@@ -233,12 +260,15 @@ func (c *Client) Propose(ctx context.Context, inv Invocation) (*Intent, error) {
 		return nil, fmt.Errorf("client: input: %w", err)
 	}
 	var in Intent
-	_, err = c.do(ctx, http.MethodPost, "/v1/intents", nil, body, &in)
-	return &in, err
+	if _, err := c.do(ctx, http.MethodPost, "/v1/intents", nil, body, &in); err != nil {
+		return nil, err
+	}
+	return &in, nil
 }
 
 // ExecuteIntent runs an approved intent, at most once. An intent that ran
-// already is a 409 (ErrConflict) whose Error.Result is the stored outcome.
+// already is a 409 (ErrConflict) whose Error.Result is the stored outcome;
+// one the server refuses to run is ErrIntentRefused, with Error.Code.
 func (c *Client) ExecuteIntent(ctx context.Context, id, hash string) (*Result, error) {
 	body, _ := json.Marshal(map[string]string{"hash": hash})
 	var res Result
@@ -256,11 +286,14 @@ func (c *Client) ExecuteIntent(ctx context.Context, id, hash string) (*Result, e
 	return &res, nil
 }
 
-// Approve approves an intent (the token must be an approver's).
+// Approve approves an intent (the token must be an approver's). On error
+// the intent is nil.
 func (c *Client) Approve(ctx context.Context, id string) (*Intent, error) {
 	var in Intent
-	_, err := c.do(ctx, http.MethodPost, "/v1/intents/"+url.PathEscape(id)+"/approve", nil, []byte("{}"), &in)
-	return &in, err
+	if _, err := c.do(ctx, http.MethodPost, "/v1/intents/"+url.PathEscape(id)+"/approve", nil, []byte("{}"), &in); err != nil {
+		return nil, err
+	}
+	return &in, nil
 }
 
 // do sends one request and decodes a 2xx answer into out, or returns the

@@ -34,6 +34,7 @@ func TestError_Is(t *testing.T) {
 		{409, "https://toolgate.dev/problems/intent-decided", ErrConflict},
 		{422, "https://toolgate.dev/problems/idempotency-conflict", ErrConflict},
 		{422, "https://toolgate.dev/problems/invalid-input", ErrInvalidInput},
+		{422, "https://toolgate.dev/problems/intent-refused", ErrIntentRefused},
 		{429, "", ErrRateLimited},
 		{503, "", ErrUnavailable},
 		{500, "", ErrServer},
@@ -45,5 +46,17 @@ func TestError_Is(t *testing.T) {
 		if tc.want != ErrDenied && errors.Is(err, ErrDenied) {
 			t.Errorf("%d matches ErrDenied", tc.status)
 		}
+		if tc.want != ErrInvalidInput && errors.Is(err, ErrInvalidInput) {
+			t.Errorf("%d %s matches ErrInvalidInput", tc.status, tc.typ)
+		}
+	}
+	// A result a handle refused during execution: not completed, and denied.
+	refused := error(&Error{Status: 200, Result: &Result{State: "ROLLED_BACK", Error: &ErrorInfo{Type: "AuthorizationError", Code: "capability_boundary"}}})
+	if !errors.Is(refused, ErrNotCompleted) || !errors.Is(refused, ErrDenied) {
+		t.Errorf("a handle refusal: not both ErrNotCompleted and ErrDenied")
+	}
+	failed := error(&Error{Status: 200, Result: &Result{State: "ROLLED_BACK", Error: &ErrorInfo{Type: "ExecutionError", Code: "tool_error"}}})
+	if errors.Is(failed, ErrDenied) {
+		t.Errorf("a tool failure matches ErrDenied")
 	}
 }

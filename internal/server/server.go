@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,18 +70,41 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent),
 		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tools/{name}/execute", s.auth(s.execute))
-	mux.HandleFunc("POST /tools/{name}/execute", s.auth(s.execute))
-	mux.HandleFunc("GET /v1/tools", s.auth(s.limited(s.listTools)))
-	mux.HandleFunc("GET /v1/tools/{name}", s.auth(s.limited(s.getTool)))
-	mux.HandleFunc("GET /v1/executions/{id}", s.auth(s.limited(s.getExecution)))
-	mux.HandleFunc("POST /v1/intents", s.auth(s.limited(s.propose)))
-	mux.HandleFunc("POST /v1/intents/{id}/approve", s.auth(s.limited(s.approve)))
-	mux.HandleFunc("POST /v1/intents/{id}/execute", s.auth(s.executeIntent))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", s.ready)
+	routes := []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{http.MethodPost, "/v1/tools/{name}/execute", s.auth(s.execute)},
+		{http.MethodPost, "/tools/{name}/execute", s.auth(s.execute)},
+		{http.MethodGet, "/v1/tools", s.auth(s.limited(s.listTools))},
+		{http.MethodGet, "/v1/tools/{name}", s.auth(s.limited(s.getTool))},
+		{http.MethodGet, "/v1/executions/{id}", s.auth(s.limited(s.getExecution))},
+		{http.MethodPost, "/v1/intents", s.auth(s.limited(s.propose))},
+		{http.MethodPost, "/v1/intents/{id}/approve", s.auth(s.limited(s.approve))},
+		{http.MethodPost, "/v1/intents/{id}/execute", s.auth(s.executeIntent)},
+		{http.MethodGet, "/healthz", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}},
+		{http.MethodGet, "/readyz", s.ready},
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		if rt.method == http.MethodGet {
+			allowed[rt.path] = append(allowed[rt.path], rt.method, http.MethodHead) // GET patterns serve HEAD
+		} else {
+			allowed[rt.path] = append(allowed[rt.path], rt.method)
+		}
+	}
+	// The other methods on an endpoint's path: 405 with Allow, before
+	// authentication (it says nothing a token guards).
+	for p, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			problem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path+"; use "+allow, nil)
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "No such endpoint", r.Method+" "+r.URL.Path+" is not an endpoint of this server", nil)
 	})
@@ -121,8 +145,9 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 
 // Serve serves on l until ctx ends, then shuts down gracefully: it stops
 // accepting, lets running invocations finish within the grace period,
-// aborts the rest (recorded ABORTED then ROLLED_BACK) and closes the
-// runtime. It returns nil after a clean shutdown.
+// aborts the rest (recorded ABORTED then ROLLED_BACK, and answered to their
+// callers as such) and closes the runtime. It returns nil after a clean
+// shutdown.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
@@ -136,26 +161,37 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return s.Shutdown(hs)
 }
 
-// Shutdown stops hs and the runtime as Serve does.
+// answerDrain is how long after the grace period the HTTP server waits for
+// the handlers of aborted invocations to write their answers before it
+// drops the connections left.
+const answerDrain = 2 * time.Second
+
+// Shutdown stops hs and the runtime as Serve does. In order: hs stops
+// accepting and the runtime refuses new invocations; running invocations
+// have the grace period to finish; at its end the runtime aborts the rest,
+// whose handlers then answer the aborted result; only then, or answerDrain
+// later at the latest, does hs close its connections.
 func (s *Server) Shutdown(hs *http.Server) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
 	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod))
 	defer cancel()
-	// Close the runtime alongside: once the grace period ends it aborts the
-	// invocations still running, so their handlers answer and return.
 	closed := make(chan error, 1)
 	go func() { closed <- s.rt.Close(grace) }()
-	err := hs.Shutdown(grace)
+	// hs waits past the grace period: the aborted invocations' handlers
+	// still have to write their answers.
+	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod)+answerDrain)
+	defer cancelDrain()
+	err := hs.Shutdown(drain)
 	if err != nil {
-		hs.Close() // past the grace period: drop what is left
+		hs.Close() // a handler that did not answer in time: drop what is left
 	}
 	if cerr := <-closed; cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
 		return cerr
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil // the rest were aborted and recorded
+		return nil // the invocations were aborted and recorded; some answers were lost
 	}
 	return err
 }
@@ -321,7 +357,9 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
 		return
-	case errors.Is(err, tgruntime.ErrClosed):
+	case res == nil && errors.Is(err, tgruntime.ErrClosed):
+		// Refused before it ran. An invocation aborted by the shutdown has
+		// a result (ROLLED_BACK), answered below like any other.
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
 		return
@@ -384,7 +422,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
-		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", strings.TrimPrefix(err.Error(), "json: "), nil)
+		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", bodyError(err, v), nil)
 		return false
 	}
 	if _, err := d.Token(); err != io.EOF {
@@ -392,6 +430,71 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// bodyError says what is wrong with a body that did not decode into v (a
+// pointer to a request struct), in the API's terms: JSON types and field
+// names, never the server's Go types.
+func bodyError(err error, v any) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return strings.TrimPrefix(err.Error(), "json: ") // syntax, unknown field: no Go names
+	}
+	got := jsonType(te.Value)
+	if te.Field == "" {
+		return "the body must be a JSON object with the fields " + strings.Join(jsonFields(v), ", ") + ", not " + got
+	}
+	want := "a JSON value of another type"
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "a boolean"
+	case reflect.Struct, reflect.Map:
+		want = "an object"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		want = "a number"
+	}
+	return fmt.Sprintf("%q must be %s, not %s", te.Field, want, got)
+}
+
+// jsonType names the JSON type encoding/json reports in an
+// UnmarshalTypeError ("array", "bool", "number 1e999", ...).
+func jsonType(value string) string {
+	switch {
+	case value == "array", value == "object":
+		return "an " + value
+	case value == "bool":
+		return "a boolean"
+	case strings.HasPrefix(value, "number"):
+		return "a number"
+	case value == "string":
+		return "a string"
+	}
+	return value
+}
+
+// jsonFields lists the quoted JSON names of the fields of the struct v
+// points to.
+func jsonFields(v any) []string {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, strconv.Quote(name))
+		}
+	}
+	return names
 }
 
 // limit takes a token from the principal's and the tool's buckets. When

@@ -327,16 +327,18 @@ func TestServer_StatusCodes(t *testing.T) {
 	if it, err := f.client(t, approverToken).Approve(ctx, it.ID); err != nil || it.Status != "approved" {
 		t.Errorf("approval: %v, %+v", err, it)
 	}
-	if _, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 {
-		t.Errorf("an invalid proposal: %v", err)
+	if bad, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 || bad != nil {
+		t.Errorf("an invalid proposal: %v, %+v", err, bad)
 	}
 	// Executing intents remotely: approved and unchanged, at most once.
 	pending, _ := agent.Propose(ctx, inv("test.echo", `{"msg":"p"}`))
 	if _, err := agent.ExecuteIntent(ctx, pending.ID, pending.Hash); status(err) != 403 {
 		t.Errorf("a pending intent: %v", err)
 	}
-	if _, err := agent.ExecuteIntent(ctx, it.ID, strings.Repeat("0", 64)); status(err) != 422 {
-		t.Errorf("a wrong hash: %v", err)
+	_, err = agent.ExecuteIntent(ctx, it.ID, strings.Repeat("0", 64))
+	var refused *client.Error
+	if !errors.As(err, &refused) || refused.Status != 422 || !errors.Is(err, client.ErrIntentRefused) || errors.Is(err, client.ErrInvalidInput) || refused.Code != "intent_hash_mismatch" {
+		t.Errorf("a wrong hash: %v; want ErrIntentRefused with code intent_hash_mismatch", err)
 	}
 	if _, err := agent.ExecuteIntent(ctx, "not-a-uuid", it.Hash); status(err) != 400 {
 		t.Errorf("a malformed id: %v", err)
@@ -399,6 +401,38 @@ func TestServer_RateLimitAndBusy(t *testing.T) {
 	// Other principals have their own bucket.
 	if _, err := f.client(t, approverToken).Execute(ctx, inv("test.echo", `{"msg":"y"}`)); err != nil {
 		t.Fatalf("another principal was rate limited: %v", err)
+	}
+}
+
+// A handle refusing something outside the grants during execution is a
+// denial too: the result (200, ROLLED_BACK, AuthorizationError) is
+// reported as both ErrNotCompleted and ErrDenied.
+func TestServer_HandleRefusalIsDenied(t *testing.T) {
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) {
+		decl := tools.Declaration{
+			ID: "test.escape", Version: "1.0.0", Name: "test.escape", Description: "writes outside its grant",
+			InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+			RequiredCapabilities: []capability.Capability{capability.MustParse("state.write:test")},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 30 * time.Second},
+		}
+		err := o.Registry.Register(tools.NewTyped(decl, func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			return in, env.State.Put("other", in.Msg, []byte(in.Msg)) // namespace not granted
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	res, err := f.client(t, agentToken).Execute(context.Background(), inv("test.escape", `{"msg":"x"}`))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 200 || res == nil || res.State != "ROLLED_BACK" || e.Code != "capability_boundary" {
+		t.Fatalf("a handle refusal: %v, %+v", err, res)
+	}
+	if !errors.Is(err, client.ErrDenied) || !errors.Is(err, client.ErrNotCompleted) {
+		t.Errorf("a handle refusal: ErrDenied %v, ErrNotCompleted %v; want both", errors.Is(err, client.ErrDenied), errors.Is(err, client.ErrNotCompleted))
+	}
+	// A tool's own failure is not a denial.
+	if _, err := f.client(t, agentToken).Execute(context.Background(), inv("test.fail", `{"msg":"x"}`)); errors.Is(err, client.ErrDenied) {
+		t.Errorf("a tool failure matches ErrDenied: %v", err)
 	}
 }
 
@@ -525,8 +559,18 @@ func TestServer_ShutdownWithInflight(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
+	// Each caller gets the aborted outcome as an answer, not a cut
+	// connection: the server closes only after the handlers have written.
 	for range 3 {
-		<-results // answered (aborted) or cut off: either way, recorded below
+		err := <-results
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 200 || !errors.Is(err, client.ErrNotCompleted) || e.Result == nil || e.Result.State != "ROLLED_BACK" {
+			t.Errorf("an in-flight caller at shutdown: %v; want the 200 ROLLED_BACK result", err)
+			continue
+		}
+		if !bytes.Contains(e.Result.Attempts[len(e.Result.Attempts)-1], []byte("ABORTED")) {
+			t.Errorf("the answer does not say the attempt was aborted: %s", e.Result.Attempts[len(e.Result.Attempts)-1])
+		}
 	}
 	if _, err := c.Execute(context.Background(), inv("test.echo", `{"msg":"late"}`)); err == nil {
 		t.Error("a request was served after shutdown")
@@ -641,6 +685,77 @@ func TestServer_RawRequests(t *testing.T) {
 	code, _, _ = f.post(t, "/v1/tools/test.echo/execute", agentToken, "application/json", body, "Idempotency-Key", strings.Repeat("k", 300))
 	if code != 400 {
 		t.Errorf("an oversized Idempotency-Key: %d", code)
+	}
+}
+
+// A method an endpoint does not take is a 405 problem naming the methods
+// it does take, not a 404: the endpoint exists.
+func TestServer_MethodNotAllowed(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/tools/test.echo/execute", "POST"},
+		{http.MethodPut, "/v1/tools/test.echo/execute", "POST"},
+		{http.MethodGet, "/tools/test.echo/execute", "POST"},
+		{http.MethodDelete, "/v1/tools/test.echo", "GET, HEAD"},
+		{http.MethodPost, "/v1/tools", "GET, HEAD"},
+		{http.MethodPatch, "/v1/executions/x", "GET, HEAD"},
+		{http.MethodGet, "/v1/intents", "POST"},
+		{http.MethodGet, "/v1/intents/x/approve", "POST"},
+		{http.MethodGet, "/v1/intents/x/execute", "POST"},
+		{http.MethodPost, "/healthz", "GET, HEAD"},
+		{http.MethodPost, "/readyz", "GET, HEAD"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, f.http.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+agentToken)
+			resp, err := f.http.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var p map[string]any
+			json.NewDecoder(resp.Body).Decode(&p)
+			if resp.StatusCode != 405 || p["status"] != float64(405) || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%d %v; want a 405 problem", resp.StatusCode, p)
+			}
+			if got := resp.Header.Get("Allow"); got != tc.allow {
+				t.Errorf("Allow %q; want %q", got, tc.allow)
+			}
+		})
+	}
+	if code, _, _ := f.post(t, "/v1/no/such/endpoint", agentToken, "application/json", `{}`); code != 404 {
+		t.Errorf("an unknown path: %d; want 404", code)
+	}
+}
+
+// A body of the wrong shape is described in the API's terms, never with
+// the server's Go type names.
+func TestServer_BodyShapeErrors(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for _, tc := range []struct{ name, path, body, want string }{
+		{"array", "/v1/tools/test.echo/execute", `[1]`, `JSON object with the fields "input", "version", "callId"`},
+		{"string", "/v1/tools/test.echo/execute", `"x"`, "JSON object"},
+		{"number version", "/v1/tools/test.echo/execute", `{"input":{"msg":"x"},"version":7}`, `"version" must be a string, not a number`},
+		{"object callId", "/v1/tools/test.echo/execute", `{"input":{"msg":"x"},"callId":{}}`, `"callId" must be a string, not an object`},
+		{"proposal array", "/v1/intents", `[]`, `JSON object with the fields "tool", "version", "input"`},
+		{"intent hash", "/v1/intents/x/execute", `{"hash":true}`, `"hash" must be a string, not a boolean`},
+		{"unknown field", "/v1/tools/test.echo/execute", `{"input":{},"grants":[]}`, `unknown field "grants"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, p := f.post(t, tc.path, agentToken, "application/json", tc.body)
+			detail, _ := p["detail"].(string)
+			if code != 400 || !strings.Contains(detail, tc.want) {
+				t.Errorf("%d %q; want 400 saying %q", code, detail, tc.want)
+			}
+			for _, leak := range []string{"Go ", "server.", "Request", "unmarshal"} {
+				if strings.Contains(detail, leak) {
+					t.Errorf("the detail %q leaks %q", detail, leak)
+				}
+			}
+		})
 	}
 }
 
