@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -270,7 +268,7 @@ without --yes, nothing is approved. A decision is final.`,
 						return usageErr("not approving without a terminal to ask on: run it in a terminal, or pass --yes")
 					}
 					fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
-					line, _ := bufio.NewReader(stdio.In).ReadString('\n')
+					line, _ := readLine(stdio.In, maxAnswer) // too long, or no answer: not a yes
 					if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 						fmt.Fprintln(stdio.Err, "not approved")
 						return &exitError{code: ExitDenied}
@@ -322,18 +320,4 @@ func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required)")
 	cmd.Flags().StringVar(&by, "approver", "", "who rejects (default: cli:$USER)")
 	return cmd
-}
-
-// terminal reports whether the command can ask its user: stdin is a
-// terminal (or the caller says so).
-func (s Stdio) terminal() bool {
-	if s.Terminal != nil {
-		return s.Terminal()
-	}
-	f, ok := s.In.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
