@@ -178,13 +178,16 @@ func (v *Verifier) entry(e *entry, stored []byte, first bool) error {
 			return v.fail(p-1, "inserted: event %d was recorded right after event %d (its prevHash is event %d's hash)", p, p-2, p-2)
 		case p > 1 && ok && hashIs(e.Hash, ChainHash(prev, e.Event)):
 			// Event p is consistent with another predecessor.
-			return v.fail(p-1, "replaced, or events deleted after it: event %d was recorded after an event with hash %s, not after this one (%s)", p, short(e.PrevHash), short(wantPrev))
+			got, want := shortPair(e.PrevHash, wantPrev)
+			return v.fail(p-1, "replaced, or events deleted after it: event %d was recorded after an event with hash %s, not after this one (%s)", p, got, want)
 		}
-		return v.fail(p, "its prevHash %s is not the hash %s of event %d: the chain is broken", short(e.PrevHash), short(wantPrev), p-1)
+		got, want := shortPair(e.PrevHash, wantPrev)
+		return v.fail(p, "its prevHash %s is not the hash %s of event %d: the chain is broken", got, want, p-1)
 	}
 	link := ChainHash(v.link, e.Event)
 	if want := hex.EncodeToString(link[:]); e.Hash != want {
-		return v.fail(p, "its hash %s is not the hash of its content (%s): the event was altered", short(e.Hash), short(want))
+		have, computed := shortPair(e.Hash, want)
+		return v.fail(p, "its hash %s is not the hash of its content (%s): the event was altered", have, computed)
 	}
 	v.buf = v.buf[:0]
 	if !first {
@@ -196,8 +199,9 @@ func (v *Verifier) entry(e *entry, stored []byte, first bool) error {
 	}
 	v.back, v.link, v.n = v.link, link, p
 	if c := v.Checkpoint; c != nil && c.Size == p && c.Hash != link {
+		got, want := shortPair(hex.EncodeToString(link[:]), hex.EncodeToString(c.Hash[:]))
 		return v.fail(p, "the log does not extend the checkpoint: event %d's hash is %s, the checkpoint's %s; an event up to %d was altered and every later hash recomputed",
-			p, short(hex.EncodeToString(link[:])), short(hex.EncodeToString(c.Hash[:])), p)
+			p, got, want, p)
 	}
 	return nil
 }
@@ -281,4 +285,14 @@ func short(s string) string {
 		return s[:12] + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// shortPair abbreviates two hashes a message contrasts, unless their
+// abbreviations are the same: then it quotes both in full, so that the
+// message shows where they differ.
+func shortPair(a, b string) (string, string) {
+	if sa, sb := short(a), short(b); sa != sb {
+		return sa, sb
+	}
+	return strconv.Quote(a), strconv.Quote(b)
 }

@@ -257,6 +257,54 @@ func TestVerifier_Tampered(t *testing.T) {
 	}
 }
 
+// A hash that differs from the expected one only after the first 12 hex
+// digits is shown in full, beside the expected one: two equal
+// abbreviations would say nothing.
+func TestVerifier_HashesDifferLate(t *testing.T) {
+	const n = 10
+	late := func(h string) string { // h with hex digit 40 changed
+		b := []byte(h)
+		b[40] = '0' + (b[40]-'0'+1)%2
+		return string(b)
+	}
+	cases := []struct {
+		name   string
+		tamper func(es []entry, cp *audit.Checkpoint) (got, want string) // the hashes the message must show
+		seq    uint64
+		why    string
+	}{
+		{"hash", func(es []entry, _ *audit.Checkpoint) (string, string) {
+			want := es[4].Hash
+			es[4].Hash = late(want)
+			return es[4].Hash, want
+		}, 5, "not the hash of its content"},
+		{"prevHash", func(es []entry, _ *audit.Checkpoint) (string, string) {
+			want := es[4].PrevHash
+			es[4].PrevHash = late(want)
+			return es[4].PrevHash, want
+		}, 5, "chain is broken"},
+		{"checkpoint", func(es []entry, cp *audit.Checkpoint) (string, string) {
+			cp.Hash[20] ^= 0x10 // hex digit 40
+			return es[n-1].Hash, hex.EncodeToString(cp.Hash[:])
+		}, n, "does not extend the checkpoint"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			es := chain(events(n))
+			cp := checkpointOf(es, n)
+			got, want := tc.tamper(es, cp)
+			if got[:12] != want[:12] || got == want {
+				t.Fatalf("bad fixture: %s, %s", got, want)
+			}
+			_, err := verify(cp, store(es, 3))
+			wantBad(t, err, tc.seq, tc.why)
+			if !strings.Contains(err.Error(), got) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("the message does not show both hashes in full (%s, %s):\n%v", got, want, err)
+			}
+		})
+	}
+}
+
 func flip(b []byte, i int) { b[i] ^= 0x01 }
 
 func flipHex(s string) string {

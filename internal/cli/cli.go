@@ -41,7 +41,8 @@ type Stdio struct {
 	Out io.Writer
 	Err io.Writer
 	// Terminal reports whether In is a terminal a person answers on; nil
-	// means: In is an *os.File that is a character device.
+	// means: In is an *os.File that is a terminal (it answers TCGETS; a
+	// character device such as /dev/zero is not enough).
 	Terminal func() bool
 }
 

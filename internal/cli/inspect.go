@@ -26,9 +26,10 @@ const defaultLimit = 50
 const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 
 const inspectLockHelp = `The database is opened read-only and never created. A read-only open takes a
-shared lock, which cannot coexist with the exclusive lock of a running
-'toolgate run' (or another writer): it then fails after a second with a
-"locked" error (exit 1); retry when the writer is done.`
+shared lock, which cannot coexist with the exclusive lock of a writer (a
+running 'toolgate serve' or 'toolgate run'): it then fails after a second
+with a "locked" error (exit 1). Retry when the run is done; while a server
+runs, stop it or ask it over its HTTP API.`
 
 func newExecutionsCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
@@ -236,7 +237,7 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 	case errors.Is(err, fs.ErrNotExist): // removed since the Stat
 		return nil, nil
 	case errors.Is(err, txn.ErrLocked):
-		return nil, internalErr(fmt.Errorf("database %s is locked by another process (a running 'toolgate run'?): read-only inspection needs a shared lock, which a writer's exclusive lock excludes; retry when it has finished", path))
+		return nil, internalErr(fmt.Errorf("database %s is locked by another process (a running 'toolgate serve' or 'toolgate run'?): read-only inspection needs a shared lock, which a writer's exclusive lock excludes; retry when a run has finished, or stop the server or use its HTTP API", path))
 	}
 	return nil, internalErr(err)
 }

@@ -459,10 +459,14 @@ func TestInspect_Locks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer writer.Close()
-	for _, args := range [][]string{{"executions"}, {"show", ids["COMPLETED"]}} {
+	for _, args := range [][]string{{"executions"}, {"show", ids["COMPLETED"]}, {"intent", "list"}} {
 		r := toolgate(t, "", args...)
 		if r.code != ExitInternal || !strings.Contains(r.stderr, "locked by another process") || r.stdout != "" {
 			t.Fatalf("%v beside a writer: exit %d %q", args, r.code, r.stderr)
+		}
+		// The writer may be a server as well as a run.
+		if !strings.Contains(r.stderr, "'toolgate serve'") || !strings.Contains(r.stderr, "'toolgate run'") {
+			t.Errorf("%v beside a writer: the message names only one kind of writer: %q", args, r.stderr)
 		}
 	}
 }

@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,11 +32,11 @@ func newIntentCmd(g *globals, stdio Stdio) *cobra.Command {
 	return cmd
 }
 
-// withRuntime opens the runtime (the database and the registry), runs fn,
-// and closes it.
-func (g *globals) withRuntime(fn func(rt *tgruntime.Runtime) error) error {
+// withRuntime opens the runtime on the database with reg (nil: the CLI's
+// tools), runs fn, and closes it.
+func (g *globals) withRuntime(reg *tools.Registry, fn func(rt *tgruntime.Runtime) error) error {
 	policy, _ := g.policy() // intents are not authorized here; execution decides
-	rt, err := g.open(&tgruntime.Options{Policy: policy})
+	rt, err := g.open(&tgruntime.Options{Policy: policy, Registry: reg})
 	if err != nil {
 		return err
 	}
@@ -84,10 +82,17 @@ version is pinned. Prints the intent's id and hash.
 			if err != nil {
 				return usageErr("--input: %v", err)
 			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			if _, err := reg.Lookup(id, version); err != nil { // before the database is opened (and created)
+				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
 			if who == "" {
 				who = principal()
 			}
-			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+			return g.withRuntime(reg, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Propose(cmd.Context(), tgruntime.Invocation{Tool: id, Version: version, Input: in, Principal: who})
 				if err != nil {
 					return intentErr(err)
@@ -111,31 +116,39 @@ func newIntentListCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List intents, oldest first",
-		Args:  cobra.NoArgs,
+		Long: `List intents, oldest proposal first.
+
+` + inspectLockHelp,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch status {
 			case "", tgruntime.IntentPending, tgruntime.IntentApproved, tgruntime.IntentRejected, tgruntime.IntentExecuted:
 			default:
 				return usageErr("--status: %q is not one of pending, approved, rejected, executed", status)
 			}
-			return g.withRuntime(func(rt *tgruntime.Runtime) error {
-				all, err := rt.Intents(cmd.Context(), tgruntime.IntentFilter{Status: status})
-				if err != nil {
-					return internalErr(err)
+			store, err := g.openReadOnly()
+			if err != nil {
+				return err
+			}
+			all := []*tgruntime.Intent{}
+			if store != nil { // else no database yet: no intents
+				defer store.Close()
+				if all, err = readIntents(cmd.Context(), store, status); err != nil {
+					return err
 				}
-				if g.json {
-					if all == nil {
-						all = []*tgruntime.Intent{}
-					}
-					return encodeJSON(stdio, all)
+			}
+			if g.json {
+				if all == nil {
+					all = []*tgruntime.Intent{}
 				}
-				tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "INTENT\tSTATUS\tTOOL\tPROPOSED\tBY")
-				for _, it := range all {
-					fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\n", it.ID, it.Status, it.Tool, it.Version, it.ProposedAt.Local().Format(time.DateTime), it.Proposer)
-				}
-				return tw.Flush()
-			})
+				return encodeJSON(stdio, all)
+			}
+			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "INTENT\tSTATUS\tTOOL\tPROPOSED\tBY")
+			for _, it := range all {
+				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\n", it.ID, it.Status, it.Tool, it.Version, it.ProposedAt.Local().Format(time.DateTime), it.Proposer)
+			}
+			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only intents in this status: pending, approved, rejected, executed")
@@ -148,9 +161,9 @@ type intentView struct {
 	Process *tools.ProcessPreview `json:"process,omitempty"`
 }
 
-func viewOf(rt *tgruntime.Runtime, it *tgruntime.Intent) intentView {
+func viewOf(reg *tools.Registry, it *tgruntime.Intent) intentView {
 	v := intentView{Intent: it}
-	if e, err := rt.Registry().Lookup(it.Tool, it.Version); err == nil {
+	if e, err := reg.Lookup(it.Tool, it.Version); err == nil {
 		if p, ok := e.Tool().(tools.Previewer); ok {
 			v.Process, _ = p.Preview(it.Input)
 		}
@@ -222,20 +235,42 @@ func newIntentShowCmd(g *globals, stdio Stdio) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show exactly what an intent would run, and its history",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show exactly what an intent would run (for a process tool, the resolved
+executable and each argument), its status and its history. An unknown or
+malformed id exits 2.
+
+` + inspectLockHelp,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withRuntime(func(rt *tgruntime.Runtime) error {
-				it, err := rt.Intent(cmd.Context(), args[0])
-				if err != nil {
-					return intentErr(err)
-				}
-				v := viewOf(rt, it)
-				if g.json {
-					return encodeJSON(stdio, v)
-				}
-				printIntent(stdio.Out, v)
-				return nil
-			})
+			id := args[0]
+			if err := checkIntentID(id); err != nil {
+				return intentErr(err)
+			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			if err := g.intentDatabase(id); err != nil {
+				return err
+			}
+			store, err := g.openReadOnly()
+			if err != nil {
+				return err
+			}
+			if store == nil { // an empty file: a writer has just created it
+				return intentErr(&tgruntime.IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"})
+			}
+			defer store.Close()
+			it, err := readIntent(cmd.Context(), store, id)
+			if err != nil {
+				return intentErr(err)
+			}
+			v := viewOf(reg, it)
+			if g.json {
+				return encodeJSON(stdio, v)
+			}
+			printIntent(stdio.Out, v)
+			return nil
 		},
 	}
 }
@@ -256,12 +291,18 @@ without --yes, nothing is approved. A decision is final.`,
 			if by == "" {
 				by = principal()
 			}
-			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+			if err := checkIntentID(args[0]); err != nil {
+				return intentErr(err)
+			}
+			if err := g.intentDatabase(args[0]); err != nil {
+				return err
+			}
+			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Intent(cmd.Context(), args[0])
 				if err != nil {
 					return intentErr(err)
 				}
-				printIntent(stdio.Err, viewOf(rt, it))
+				printIntent(stdio.Err, viewOf(rt.Registry(), it))
 				if it.Status != tgruntime.IntentPending {
 					return &exitError{code: ExitDenied, err: fmt.Errorf("intent %s is %s: a decision is final", it.ID, it.Status)}
 				}
@@ -270,7 +311,7 @@ without --yes, nothing is approved. A decision is final.`,
 						return usageErr("not approving without a terminal to ask on: run it in a terminal, or pass --yes")
 					}
 					fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
-					line, _ := bufio.NewReader(stdio.In).ReadString('\n')
+					line, _ := readLine(stdio.In, maxAnswer) // too long, or no answer: not a yes
 					if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 						fmt.Fprintln(stdio.Err, "not approved")
 						return &exitError{code: ExitDenied}
@@ -281,7 +322,7 @@ without --yes, nothing is approved. A decision is final.`,
 					return intentErr(err)
 				}
 				if g.json {
-					return encodeJSON(stdio, viewOf(rt, it))
+					return encodeJSON(stdio, viewOf(rt.Registry(), it))
 				}
 				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: toolgate run --intent %s --hash %s\n", it.ID, it.ID, it.Hash)
 				return nil
@@ -306,13 +347,19 @@ func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 			if by == "" {
 				by = principal()
 			}
-			return g.withRuntime(func(rt *tgruntime.Runtime) error {
+			if err := checkIntentID(args[0]); err != nil {
+				return intentErr(err)
+			}
+			if err := g.intentDatabase(args[0]); err != nil {
+				return err
+			}
+			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Reject(cmd.Context(), args[0], by, reason)
 				if err != nil {
 					return intentErr(err)
 				}
 				if g.json {
-					return encodeJSON(stdio, viewOf(rt, it))
+					return encodeJSON(stdio, viewOf(rt.Registry(), it))
 				}
 				fmt.Fprintf(stdio.Out, "rejected %s\n", it.ID)
 				return nil
@@ -322,18 +369,4 @@ func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "why (required)")
 	cmd.Flags().StringVar(&by, "approver", "", "who rejects (default: cli:$USER)")
 	return cmd
-}
-
-// terminal reports whether the command can ask its user: stdin is a
-// terminal (or the caller says so).
-func (s Stdio) terminal() bool {
-	if s.Terminal != nil {
-		return s.Terminal()
-	}
-	f, ok := s.In.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

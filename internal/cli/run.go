@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -74,6 +75,16 @@ as --principal, by default cli:$USER.
 			if (bypass || noWait) && idemKey == "" {
 				return usageErr("--bypass-idempotency and --no-wait need --idempotency-key")
 			}
+			// Everything that can be refused without the database is
+			// refused before it is opened (and created).
+			if err := checkIdempotencyKey(idemKey); err != nil {
+				return usageErr("--idempotency-key: %v", err)
+			}
+			if intentID != "" {
+				if err := checkIntentRef(intentID, intentHash); err != nil {
+					return usageErr("%v", err)
+				}
+			}
 			in, err := readInput(input, stdio.In)
 			if err != nil {
 				return usageErr("--input: %v", err)
@@ -81,6 +92,17 @@ as --principal, by default cli:$USER.
 			grants, err := parseAllow(allow)
 			if err != nil {
 				return usageErr("--allow: %v", err)
+			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			if intentID == "" {
+				if _, err := reg.Lookup(id, version); err != nil {
+					return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+				}
+			} else if err := g.intentDatabase(intentID); err != nil {
+				return err
 			}
 			policy, perr := g.policy()
 			if perr != nil {
@@ -93,7 +115,7 @@ as --principal, by default cli:$USER.
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended
-			opts := &tgruntime.Options{Policy: policy}
+			opts := &tgruntime.Options{Policy: policy, Registry: reg}
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {
@@ -166,18 +188,20 @@ as --principal, by default cli:$USER.
 	return cmd
 }
 
-// open opens the runtime on the database with the CLI's tools (see
-// registry) and opts (whose Registry it sets).
+// open opens the runtime on the database with opts; a nil opts.Registry
+// is set to the CLI's tools (see registry).
 func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 	path, err := g.dbPath()
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	reg, err := g.registry()
-	if err != nil {
-		return nil, err
+	if opts.Registry == nil {
+		reg, err := g.registry()
+		if err != nil {
+			return nil, err
+		}
+		opts.Registry = reg
 	}
-	opts.Registry = reg
 	rt, err := tgruntime.Open(path, opts)
 	if err != nil {
 		return nil, internalErr(err)
@@ -285,13 +309,35 @@ func parseAllow(vals []string) ([]capability.Capability, error) {
 }
 
 // refusedErr reports an invocation refused before it ran (an intent that
-// may not run, an idempotency key in conflict or in flight): exit 4.
+// may not run, an idempotency key in conflict or in flight): exit 4. A
+// malformed or unknown intent, or a malformed key, is a usage error.
 func refusedErr(err error) error {
 	var ie *tgruntime.IntentError
 	if errors.As(err, &ie) && (ie.Code == "intent_malformed" || ie.Code == "intent_not_found") {
 		return usageErr("%v", err)
 	}
+	var ke *tgruntime.IdempotencyError
+	if errors.As(err, &ke) && ke.Code == "idempotency_invalid" {
+		return usageErr("--idempotency-key: %s", strings.TrimPrefix(err.Error(), "runtime: "))
+	}
 	return &exitError{code: ExitDenied, err: err}
+}
+
+// checkIdempotencyKey refuses a key the runtime would refuse
+// (idempotency_invalid), before the database is opened: longer than
+// tgruntime.MaxIdempotencyKey bytes, or holding anything but printable
+// UTF-8 (newlines, tabs and other control characters included). The rules
+// are the runtime's (runtime/idempotency.go), which package cli cannot
+// call without an open database; TestCheckIdempotencyKey_AgreesWithRuntime
+// keeps them in step.
+func checkIdempotencyKey(key string) error {
+	switch {
+	case len(key) > tgruntime.MaxIdempotencyKey:
+		return fmt.Errorf("the key is %d bytes, longer than the %d allowed", len(key), tgruntime.MaxIdempotencyKey)
+	case strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) || r == unicode.ReplacementChar }) >= 0:
+		return fmt.Errorf("%q holds unprintable characters (or bytes that are not UTF-8): a key is printable text", key)
+	}
+	return nil
 }
 
 // principal names the CLI's caller: "cli:" and the OS user name.

@@ -1,11 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -49,10 +48,14 @@ the config file stores for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if hashToken {
-				line, err := bufio.NewReader(stdio.In).ReadString('\n')
-				tok := strings.TrimRight(line, "\r\n")
-				if tok == "" {
-					return usageErr("--hash-token: no token on stdin (%v)", err)
+				tok, err := readLine(stdio.In, maxToken)
+				switch {
+				case errors.Is(err, errLineTooLong):
+					return usageErr("--hash-token: the token on stdin is longer than %d bytes", maxToken)
+				case err != nil && !errors.Is(err, io.EOF):
+					return usageErr("--hash-token: reading the token on stdin: %v", err)
+				case tok == "":
+					return usageErr("--hash-token: no token on stdin")
 				}
 				fmt.Fprintln(stdio.Out, server.HashToken(tok))
 				return nil
