@@ -232,34 +232,45 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 // Intent returns the intent id with its status and history, or an
 // *IntentError (intent_malformed, intent_not_found).
 func (r *Runtime) Intent(ctx context.Context, id string) (*Intent, error) {
-	if !uuid.Valid(id) {
+	return ReadIntent(ctx, r.store, id)
+}
+
+// ReadIntent returns intent id as [Runtime.Intent] does, from a store that
+// may be open read-only: an inspector that must not take the writer's lock
+// (toolgate intent show) reads intents without opening a Runtime.
+func ReadIntent(ctx context.Context, store *txn.Store, id string) (*Intent, error) {
+	if !ValidIntentID(id) {
 		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "not a lowercase UUID v4"}
 	}
-	b, ok, err := r.store.StateValue(ctx, nsIntents, id)
+	b, ok, err := store.StateValue(ctx, nsIntents, id)
 	if err != nil {
 		return nil, &StateError{Op: "read", Err: err}
 	}
 	if !ok {
 		return nil, &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}
 	}
-	return r.loadIntent(ctx, b)
+	return loadIntent(ctx, store, b)
 }
 
-func (r *Runtime) loadIntent(ctx context.Context, b []byte) (*Intent, error) {
+// ValidIntentID reports whether id has the form of an intent id, a
+// lowercase UUID version 4; any other is refused as intent_malformed.
+func ValidIntentID(id string) bool { return uuid.Valid(id) }
+
+func loadIntent(ctx context.Context, store *txn.Store, b []byte) (*Intent, error) {
 	var id struct {
 		ID string `json:"id"`
 	}
 	json.Unmarshal(b, &id)
-	recs, err := r.intentRecords(ctx, func(ns string) (map[string][]byte, error) {
+	recs, err := readIntentRecords(func(ns string) (map[string][]byte, error) {
 		if ns == nsIntentLogs { // refusals are keyed id/seq
-			es, err := r.store.StateScan(ctx, ns, id.ID+"/")
+			es, err := store.StateScan(ctx, ns, id.ID+"/")
 			m := make(map[string][]byte, len(es))
 			for _, e := range es {
 				m[e.Key] = e.Value
 			}
 			return m, err
 		}
-		v, ok, err := r.store.StateValue(ctx, ns, id.ID)
+		v, ok, err := store.StateValue(ctx, ns, id.ID)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -277,7 +288,7 @@ type intentRecords struct {
 	refusals            map[string][]IntentRefusal // by intent id, oldest first
 }
 
-func (r *Runtime) intentRecords(ctx context.Context, read func(ns string) (map[string][]byte, error)) (*intentRecords, error) {
+func readIntentRecords(read func(ns string) (map[string][]byte, error)) (*intentRecords, error) {
 	var recs intentRecords
 	var err error
 	if recs.decisions, err = read(nsDecisions); err != nil {
@@ -341,11 +352,17 @@ type IntentFilter struct {
 
 // Intents returns the intents matching f, oldest proposal first.
 func (r *Runtime) Intents(ctx context.Context, f IntentFilter) ([]*Intent, error) {
-	all, err := r.store.StateValues(ctx, nsIntents)
+	return ReadIntents(ctx, r.store, f)
+}
+
+// ReadIntents returns the intents matching f as [Runtime.Intents] does,
+// from a store that may be open read-only (see [ReadIntent]).
+func ReadIntents(ctx context.Context, store *txn.Store, f IntentFilter) ([]*Intent, error) {
+	all, err := store.StateValues(ctx, nsIntents)
 	if err != nil {
 		return nil, &StateError{Op: "read", Err: err}
 	}
-	recs, err := r.intentRecords(ctx, func(ns string) (map[string][]byte, error) { return r.store.StateValues(ctx, ns) })
+	recs, err := readIntentRecords(func(ns string) (map[string][]byte, error) { return store.StateValues(ctx, ns) })
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/uuid"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -122,26 +121,4 @@ func TestIntent_ShowListReadOnly(t *testing.T) {
 			t.Errorf("%q beside a writer: exit %d %q", args, r.code, r.stderr)
 		}
 	}
-}
-
-// checkIntentID accepts exactly what internal/uuid.Valid accepts.
-func TestCheckIntentID(t *testing.T) {
-	ids := []string{uuid.New(), uuid.New(), "", "nope", strings.ToUpper(uuid.New()),
-		"0b8f9a43-3c1e-4d52-9a6e-2f4c7d1b5e60", "0b8f9a43-3c1e-5d52-9a6e-2f4c7d1b5e60", "0b8f9a43-3c1e-4d52-ca6e-2f4c7d1b5e60",
-		"0b8f9a43_3c1e-4d52-9a6e-2f4c7d1b5e60", "0b8f9a43-3c1e-4d52-9a6e-2f4c7d1b5e6g", "0b8f9a43-3c1e-4d52-9a6e-2f4c7d1b5e600"}
-	for _, id := range ids {
-		if got, want := checkIntentID(id) == nil, uuid.Valid(id); got != want {
-			t.Errorf("checkIntentID(%q) accepts: %v, uuid.Valid: %v", id, got, want)
-		}
-	}
-}
-
-func FuzzCheckIntentID(f *testing.F) {
-	f.Add(uuid.New())
-	f.Add("0b8f9a43-3c1e-4d52-9a6e-2f4c7d1b5e60")
-	f.Fuzz(func(t *testing.T, id string) {
-		if got, want := checkIntentID(id) == nil, uuid.Valid(id); got != want {
-			t.Errorf("checkIntentID(%q) accepts: %v, uuid.Valid: %v", id, got, want)
-		}
-	})
 }
