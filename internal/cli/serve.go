@@ -74,6 +74,13 @@ the config file stores for it.`,
 			if perr != nil {
 				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
 			}
+			// Take the address first: a server that cannot listen must not
+			// create (or lock) the database.
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return internalErr(err)
+			}
+			defer l.Close() // Serve closes it; this covers the failures before
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown()
 			opts := &tgruntime.Options{Policy: policy}
@@ -86,11 +93,6 @@ the config file stores for it.`,
 			if err != nil {
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)
-			}
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				rt.Close(cmd.Context())
-				return internalErr(err)
 			}
 			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
 			if err := srv.Serve(cmd.Context(), l); err != nil && !errors.Is(err, net.ErrClosed) {

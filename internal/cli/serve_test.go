@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,6 +33,17 @@ func TestServe_Refusals(t *testing.T) {
 	}
 	if r := toolgate(t, "tok\n", "serve", "--hash-token"); r.code != 0 || strings.TrimSpace(r.stdout) != server.HashToken("tok") {
 		t.Errorf("--hash-token: %d %q", r.code, r.stdout)
+	}
+	// An address in use: refused before the database is created.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer taken.Close()
+	db := filepath.Join(dir, "fresh", "serve.db")
+	if r := toolgate(t, "", "serve", "--config", cfg, "--addr", taken.Addr().String(), "--db", db); r.code != ExitInternal || !strings.Contains(r.stderr, "address already in use") {
+		t.Errorf("an address in use: %d %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused server created its database: %v", err)
 	}
 }
 
