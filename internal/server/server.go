@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/metric"
@@ -695,7 +696,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 func problem(w http.ResponseWriter, status int, typ, title, detail string, ext map[string]any) {
 	p := map[string]any{"type": "https://toolgate.dev/problems/" + typ, "title": title, "status": status}
 	if detail != "" {
-		p["detail"] = detail
+		p["detail"] = apiDetail(detail)
 	}
 	for k, v := range ext {
 		p[k] = v
@@ -709,6 +710,31 @@ func problem(w http.ResponseWriter, status int, typ, title, detail string, ext m
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
+}
+
+// apiDetail drops the Go package names that the runtime's errors begin
+// with ("runtime: ", "tools: ", "txn: "), which mean nothing to a client,
+// and bounds the length: a detail can quote the input.
+func apiDetail(detail string) string {
+	for {
+		trimmed := detail
+		for _, prefix := range []string{"runtime: ", "tools: ", "txn: "} {
+			trimmed = strings.TrimPrefix(trimmed, prefix)
+		}
+		if trimmed == detail {
+			break
+		}
+		detail = trimmed
+	}
+	const max = 2048
+	if len(detail) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(detail[cut]) {
+			cut--
+		}
+		detail = detail[:cut] + "…"
+	}
+	return detail
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -327,8 +327,12 @@ func TestServer_StatusCodes(t *testing.T) {
 	if it, err := f.client(t, approverToken).Approve(ctx, it.ID); err != nil || it.Status != "approved" {
 		t.Errorf("approval: %v, %+v", err, it)
 	}
-	if bad, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`)); status(err) != 422 || bad != nil {
+	bad, err := agent.Propose(ctx, inv("test.echo", `{"msg":7}`))
+	if status(err) != 422 || bad != nil {
 		t.Errorf("an invalid proposal: %v, %+v", err, bad)
+	}
+	if ce := (*client.Error)(nil); !errors.As(err, &ce) || ce.Detail == "" || strings.HasPrefix(ce.Detail, "runtime:") {
+		t.Errorf("an invalid proposal's detail is empty or names a Go package: %v", err)
 	}
 	// Executing intents remotely: approved and unchanged, at most once.
 	pending, _ := agent.Propose(ctx, inv("test.echo", `{"msg":"p"}`))
