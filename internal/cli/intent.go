@@ -86,8 +86,12 @@ version is pinned. Prints the intent's id and hash.
 			if err != nil {
 				return err
 			}
-			if _, err := reg.Lookup(id, version); err != nil { // before the database is opened (and created)
+			entry, err := reg.Lookup(id, version) // before the database is opened (and created)
+			if err != nil {
 				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
+			if err := entry.ValidateInput(in); err != nil { // as Propose would, with no database
+				return intentErr(&tgruntime.ValidationError{Phase: "input", Err: err})
 			}
 			if who == "" {
 				who = principal()

@@ -76,6 +76,7 @@ func TestRefused_CreatesNoDatabase(t *testing.T) {
 		{[]string{"run", "--intent", id, "--hash", "abc"}, ExitUsage, "malformed"},
 		{[]string{"run", "--intent", id, "--hash", hash}, ExitUsage, "no database"},
 		{[]string{"intent", "propose", "nosuch.tool"}, ExitUsage, "tool not found"},
+		{[]string{"intent", "propose", "file.read", "--input", `{"path":7}`}, ExitFailed, "invalid input"},
 		{[]string{"intent", "show", id}, ExitUsage, "no database"},
 		{[]string{"intent", "show", "nope"}, ExitUsage, "malformed"},
 		{[]string{"intent", "list"}, ExitCompleted, ""},
