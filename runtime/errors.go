@@ -212,11 +212,19 @@ func capMessage(msg string) string {
 		return msg
 	}
 	suffix := fmt.Sprintf("… (%d bytes in all)", len(msg))
-	cut := maxMessage - len(suffix)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
+	return runePrefix(msg, maxMessage-len(suffix)) + suffix
+}
+
+// runePrefix returns the longest prefix of s of at most n bytes that does
+// not end inside a UTF-8 sequence.
+func runePrefix(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return msg[:cut] + suffix
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // errorInfo describes err for a result and a record.

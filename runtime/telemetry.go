@@ -224,11 +224,7 @@ func spanText(s string, max int) string {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "...(truncated)"
+		s = runePrefix(s, max) + "...(truncated)"
 	}
 	return s
 }
