@@ -85,7 +85,10 @@ type Store struct {
 	// are appended as one group when every request has been applied (see
 	// commitBatch); only the leader touches it.
 	pending []auditEvent
-	writers sync.WaitGroup // writes in progress; Close waits for them
+	// auditTailChecked: checkAuditTail found the stored log consistent with
+	// its head; only the leader touches it.
+	auditTailChecked bool
+	writers          sync.WaitGroup // writes in progress; Close waits for them
 }
 
 // Open opens the database at path, creating it (and its parent directory)
