@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/capability"
@@ -31,7 +32,7 @@ var ErrClosed = errors.New("runtime: closed")
 // ValidationError: the input (rule 1) or the output (rule 9) does not match
 // its schema. Never retried.
 type ValidationError struct {
-	Phase string // "input" or "output"
+	Phase string // "input" or "output", or "invocation" (its principal or call id)
 	Err   error  // a *tools.ValueError, or why the input was refused before decoding
 }
 
@@ -245,4 +246,60 @@ func errorInfo(err error) *ErrorInfo {
 		info.Stack = string(ee.Stack)
 	}
 	return info
+}
+
+// Bounds of an invocation's identity, which every record and audit event of
+// it carries: a principal is at most MaxPrincipal bytes of printable text
+// (no control characters, which would forge lines in logs and listings); a
+// call id is 1 to MaxCallID letters, digits and . _ : - (as the HTTP
+// boundary takes it).
+const (
+	MaxPrincipal = 256
+	MaxCallID    = 128
+)
+
+// CheckIdentity reports, as Execute would, a principal or call id outside
+// those bounds ("" stands for the defaults, which are valid): a
+// *ValidationError of phase "invocation", for a caller that wants to refuse
+// it before opening anything.
+func CheckIdentity(principal, callID string) error {
+	if principal == "" {
+		principal = "anonymous"
+	}
+	if callID == "" {
+		callID = "default"
+	}
+	return checkIdentity(principal, callID)
+}
+
+// checkIdentity refuses a principal or call id outside those bounds, with
+// a *ValidationError of phase "invocation" that quotes at most its start.
+func checkIdentity(principal, callID string) error {
+	if err := checkPrincipal(principal); err != nil {
+		return err
+	}
+	switch {
+	case len(callID) > MaxCallID:
+		return badIdentity("call id", callID, fmt.Sprintf("longer than %d bytes", MaxCallID))
+	case strings.IndexFunc(callID, func(r rune) bool {
+		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || strings.ContainsRune("._:-", r))
+	}) >= 0:
+		return badIdentity("call id", callID, "only letters, digits and . _ : - are allowed")
+	}
+	return nil
+}
+
+// checkPrincipal refuses a principal outside the bounds (see MaxPrincipal).
+func checkPrincipal(principal string) error {
+	switch {
+	case len(principal) > MaxPrincipal:
+		return badIdentity("principal", principal, fmt.Sprintf("longer than %d bytes", MaxPrincipal))
+	case !utf8.ValidString(principal) || strings.IndexFunc(principal, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return badIdentity("principal", principal, "not printable text")
+	}
+	return nil
+}
+
+func badIdentity(what, v, why string) error {
+	return &ValidationError{Phase: "invocation", Err: fmt.Errorf("%s %q: %s", what, runePrefix(v, 32), why)}
 }

@@ -36,7 +36,9 @@ var errLimit = errors.New("runtime: max execution time reached")
 // with errors.Is, unpack with errors.As). An unknown tool or version returns
 // a nil result and an error wrapping tools.ErrToolNotFound or
 // tools.ErrVersionNotFound, and records nothing, since there is no
-// declaration to hold the invocation to. After Close it returns ErrClosed.
+// declaration to hold the invocation to. So does a principal or call id
+// that cannot be recorded as it is (see [MaxPrincipal] and [MaxCallID]): a
+// *ValidationError of phase "invocation". After Close it returns ErrClosed.
 //
 // Execute returns when the attempt's deadline passes even if the tool
 // ignores its context; such a tool's goroutine is abandoned (Go cannot stop
@@ -68,6 +70,9 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	}
 	if inv.CallID == "" {
 		inv.CallID = uuid.New()
+	}
+	if err := checkIdentity(inv.Principal, inv.CallID); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -439,3 +439,46 @@ func TestExecute_LongErrorMessageIsCapped(t *testing.T) {
 		}
 	}
 }
+
+// A principal or call id that cannot be recorded as it is (too long, or
+// with control characters that would forge lines in listings) is refused
+// before anything is recorded; the tool never runs.
+func TestExecute_InvocationIdentity(t *testing.T) {
+	var ran atomic.Int32
+	tl := tool(decl("test.ident", func(d *tools.Declaration) { d.RequiredCapabilities = nil }), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		ran.Add(1)
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, tl)
+	ctx := context.Background()
+	for name, set := range map[string]func(*tgruntime.Invocation){
+		"principal with a newline": func(inv *tgruntime.Invocation) { inv.Principal = "alice\nCOMPLETED bob" },
+		"principal too long":       func(inv *tgruntime.Invocation) { inv.Principal = strings.Repeat("a", tgruntime.MaxPrincipal+1) },
+		"principal not UTF-8":      func(inv *tgruntime.Invocation) { inv.Principal = "a\xff" },
+		"call id too long":         func(inv *tgruntime.Invocation) { inv.CallID = strings.Repeat("c", tgruntime.MaxCallID+1) },
+		"call id with a space":     func(inv *tgruntime.Invocation) { inv.CallID = "call 1" },
+	} {
+		inv := invoke("test.ident", `{"msg":"a"}`)
+		set(&inv)
+		res, err := rt.Execute(ctx, inv)
+		var ve *tgruntime.ValidationError
+		if res != nil || !errors.As(err, &ve) || ve.Phase != "invocation" || len(err.Error()) > 200 {
+			t.Errorf("%s: Execute = %+v, %v; want a ValidationError of phase invocation, briefly", name, res, err)
+		}
+	}
+	if recs, err := rt.Executions(ctx, txn.Filter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("records: %d, %v", len(recs), err)
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("the tool ran %d times", ran.Load())
+	}
+	// At the bounds, and printable text with spaces and accents, it runs.
+	inv := invoke("test.ident", `{"msg":"a"}`)
+	inv.Principal, inv.CallID = "cli:José Ñúñez "+strings.Repeat("x", tgruntime.MaxPrincipal-len("cli:José Ñúñez ")), strings.Repeat("c", tgruntime.MaxCallID)
+	if _, err := rt.Execute(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.ident", Input: json.RawMessage(`{"msg":"a"}`), Principal: "bob\r"}); !errors.Is(err, tgruntime.ErrValidation) {
+		t.Errorf("Propose by a principal with a control character = %v", err)
+	}
+}

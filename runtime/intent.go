@@ -148,6 +148,9 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 	if err := entry.ValidateInput(inv.Input); err != nil {
 		return nil, &ValidationError{Phase: "input", Err: err}
 	}
+	if err := checkPrincipal(principalOf(inv)); err != nil {
+		return nil, err
+	}
 	hash, err := IntentHash(decl.ID, decl.Version, inv.Input)
 	if err != nil {
 		return nil, &ValidationError{Phase: "input", Err: err}
@@ -197,6 +200,9 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	}
 	if strings.TrimSpace(d.By) == "" {
 		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "no approver named"}
+	}
+	if err := checkPrincipal(d.By); err != nil {
+		return nil, err
 	}
 	d.At = r.opts.Now().UTC()
 	b, err := json.Marshal(d)

@@ -534,7 +534,8 @@ func TestTelemetry_Metrics(t *testing.T) {
 }
 
 // Caller-supplied text reaches spans as valid UTF-8 (OTLP drops a whole
-// export batch otherwise) and capped in size.
+// export batch otherwise) and capped in size. (A call id that is not plain
+// text is refused before anything runs: TestExecute_InvocationIdentity.)
 func TestTelemetry_SpanTextIsSafe(t *testing.T) {
 	big := tool(decl("test.big", func(d *tools.Declaration) {
 		d.InputSchema = json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
@@ -543,7 +544,7 @@ func TestTelemetry_SpanTextIsSafe(t *testing.T) {
 	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, nil })
 	tel := openTraced(t, &tgruntime.Options{RecordArguments: true}, big)
 	inv := invoke("test.big", `{"msg":"`+strings.Repeat("é", 20000)+`"}`)
-	inv.CallID = "call-\xff\xfe"
+	inv.CallID = "call-" + strings.Repeat("9", tgruntime.MaxCallID-len("call-"))
 	tel.execute(t, inv)
 	var a map[string]attribute.Value
 	for _, s := range tel.spans.Ended() {

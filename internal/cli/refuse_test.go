@@ -72,6 +72,8 @@ func TestRefused_CreatesNoDatabase(t *testing.T) {
 		{[]string{"run", "nosuch.tool"}, ExitUsage, "tool not found"},
 		{[]string{"run", "file.read@9.9.9"}, ExitUsage, "version not found"},
 		{[]string{"run", "file.read", "--idempotency-key", "a\nb"}, ExitUsage, "--idempotency-key"},
+		{[]string{"run", "file.read", "--principal", "bob\nCOMPLETED"}, ExitUsage, "not printable"},
+		{[]string{"run", "file.read", "--call-id", strings.Repeat("c", 129)}, ExitUsage, "longer than 128"},
 		{[]string{"run", "--intent", "nope", "--hash", hash}, ExitUsage, "malformed"},
 		{[]string{"run", "--intent", id, "--hash", "abc"}, ExitUsage, "malformed"},
 		{[]string{"run", "--intent", id, "--hash", hash}, ExitUsage, "no database"},

@@ -85,6 +85,12 @@ as --principal, by default cli:$USER.
 					return usageErr("%v", err)
 				}
 			}
+			if who == "" {
+				who = principal()
+			}
+			if err := tgruntime.CheckIdentity(who, callID); err != nil {
+				return usageErr("--principal or --call-id: %v", strings.TrimPrefix(err.Error(), "runtime: "))
+			}
 			in, err := readInput(input, stdio.In)
 			if err != nil {
 				return usageErr("--input: %v", err)
@@ -109,9 +115,6 @@ as --principal, by default cli:$USER.
 				// Fail closed: the run goes on under a deny-all policy, so the
 				// denial is recorded and audited with the reason.
 				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
-			}
-			if who == "" {
-				who = principal()
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	tgruntime "github.com/toolgate/toolgate/runtime"
 )
 
 // Config is the server's configuration file (JSON):
@@ -108,6 +110,9 @@ func (c *Config) check() error {
 		}
 		if strings.TrimSpace(t.Principal) == "" {
 			return fmt.Errorf("tokens[%d]: empty principal", i)
+		}
+		if err := tgruntime.CheckIdentity(t.Principal, ""); err != nil {
+			return fmt.Errorf("tokens[%d]: %v", i, strings.TrimPrefix(err.Error(), "runtime: "))
 		}
 		if seen[h] {
 			return fmt.Errorf("tokens[%d]: the same token is listed twice", i)

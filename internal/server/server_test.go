@@ -788,12 +788,13 @@ func TestIsLoopback(t *testing.T) {
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
-		"clear token":     `{"tokens":[{"principal":"a","sha256":"secret"}]}`,
-		"unknown field":   `{"tokens":[],"token":"x"}`,
-		"empty principal": `{"tokens":[{"principal":"","sha256":"` + server.HashToken("x") + `"}]}`,
-		"duplicate":       `{"tokens":[{"principal":"a","sha256":"` + server.HashToken("x") + `"},{"principal":"b","sha256":"` + server.HashToken("x") + `"}]}`,
-		"bad rate":        `{"rateLimits":{"perTool":{"perSecond":5}}}`,
-		"bad duration":    `{"gracePeriod":"soon"}`,
+		"clear token":              `{"tokens":[{"principal":"a","sha256":"secret"}]}`,
+		"unknown field":            `{"tokens":[],"token":"x"}`,
+		"empty principal":          `{"tokens":[{"principal":"","sha256":"` + server.HashToken("x") + `"}]}`,
+		"principal with a newline": `{"tokens":[{"principal":"a\nb","sha256":"` + server.HashToken("x") + `"}]}`,
+		"duplicate":                `{"tokens":[{"principal":"a","sha256":"` + server.HashToken("x") + `"},{"principal":"b","sha256":"` + server.HashToken("x") + `"}]}`,
+		"bad rate":                 `{"rateLimits":{"perTool":{"perSecond":5}}}`,
+		"bad duration":             `{"gracePeriod":"soon"}`,
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
 		writeFile(t, p, body)
