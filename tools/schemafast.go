@@ -287,6 +287,42 @@ func (s *scanner) str() (raw []byte, escaped bool) {
 	}
 }
 
+// keySet holds the member names of one object seen so far, to find a
+// duplicate: a linear search while there are few, a map beyond, so that an
+// object of many members costs linear time, not quadratic.
+type keySet struct {
+	small [16][]byte
+	n     int
+	big   map[string]struct{}
+}
+
+// add records key and reports whether it is new.
+func (k *keySet) add(key []byte) bool {
+	if k.big != nil {
+		if _, dup := k.big[string(key)]; dup {
+			return false
+		}
+		k.big[string(key)] = struct{}{}
+		return true
+	}
+	for _, s := range k.small[:k.n] {
+		if string(s) == string(key) {
+			return false
+		}
+	}
+	if k.n < len(k.small) {
+		k.small[k.n] = key
+		k.n++
+		return true
+	}
+	k.big = make(map[string]struct{}, 4*len(k.small))
+	for _, s := range k.small {
+		k.big[string(s)] = struct{}{}
+	}
+	k.big[string(key)] = struct{}{}
+	return true
+}
+
 // maxSkipDepth bounds how deep skip follows nested values; deeper ones are
 // left to the full validator.
 const maxSkipDepth = 64
@@ -332,15 +368,13 @@ func (s *scanner) skipAt(depth int) bool {
 			s.i++
 			return true
 		}
-		var small [16][]byte
-		keys := small[:0]
+		var keys keySet
 		for {
 			s.ws()
 			key, escaped := s.str()
-			if escaped || slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(key) }) {
+			if escaped || !keys.add(key) {
 				return false
 			}
-			keys = append(keys, key)
 			s.ws()
 			s.i++ // :
 			if !s.skipAt(depth + 1) {
@@ -457,8 +491,7 @@ func (f *fastSchema) object(s *scanner) bool {
 	s.i++ // {
 	var seen uint64
 	count := 0
-	var small [16][]byte
-	keys := small[:0] // the keys so far: a duplicate is for the full path to refuse
+	var keys keySet // a duplicate is for the full path to refuse
 	s.ws()
 	if s.b[s.i] == '}' {
 		s.i++
@@ -469,12 +502,9 @@ func (f *fastSchema) object(s *scanner) bool {
 			if escaped {
 				return false // its name is not its bytes
 			}
-			for _, k := range keys {
-				if string(k) == string(key) {
-					return false
-				}
+			if !keys.add(key) {
+				return false
 			}
-			keys = append(keys, key)
 			s.ws()
 			s.i++ // :
 			if count++; f.maxProps >= 0 && count > f.maxProps {
