@@ -53,6 +53,15 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	if err := r.store.Err(); err != nil {
 		return nil, &StateError{Op: "open", Err: err} // poisoned: refuse rather than guess what is durable
 	}
+	if inv.Principal == "" {
+		inv.Principal = "anonymous"
+	}
+	if inv.CallID == "" {
+		inv.CallID = uuid.New()
+	}
+	if err := checkIdentity(inv.Principal, inv.CallID); err != nil {
+		return nil, err // before anything is recorded, an intent's refusal included
+	}
 	var (
 		intent *Intent
 		entry  *tools.Entry
@@ -64,15 +73,6 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 		inv.Tool, inv.Version, inv.Input = intent.Tool, intent.Version, intent.Input
 	} else if entry, err = r.reg.Lookup(inv.Tool, inv.Version); err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
-	}
-	if inv.Principal == "" {
-		inv.Principal = "anonymous"
-	}
-	if inv.CallID == "" {
-		inv.CallID = uuid.New()
-	}
-	if err := checkIdentity(inv.Principal, inv.CallID); err != nil {
-		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -481,4 +481,15 @@ func TestExecute_InvocationIdentity(t *testing.T) {
 	if _, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.ident", Input: json.RawMessage(`{"msg":"a"}`), Principal: "bob\r"}); !errors.Is(err, tgruntime.ErrValidation) {
 		t.Errorf("Propose by a principal with a control character = %v", err)
 	}
+	// Not even an intent's refusal history records it.
+	it, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.ident", Input: json.RawMessage(`{"msg":"a"}`), Principal: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Execute(ctx, tgruntime.Invocation{IntentID: it.ID, IntentHash: it.Hash, Principal: "alice\nCOMPLETED by bob"}); !errors.Is(err, tgruntime.ErrValidation) {
+		t.Errorf("executing an intent with a forged principal = %v", err)
+	}
+	if it, err := rt.Intent(ctx, it.ID); err != nil || len(it.Refusals) != 0 {
+		t.Errorf("the intent's history: %+v, %v", it.Refusals, err)
+	}
 }
