@@ -1,11 +1,13 @@
 package txn_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -174,5 +176,55 @@ func dropStoredFreelist(t *testing.T, path string) {
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A damaged page of the audit log fails the writes that carry audit events
+// with ErrCorrupt, as a damaged head does, and poisons nothing: the writes
+// without events, and reads, go on.
+func TestStore_DamagedAuditPage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	ev := txn.AuditEvent{Data: []byte(`{"x":"` + strings.Repeat("a", 200) + `"}`)}
+	for i := range 200 {
+		if err := s.Put(ctx, newRecord(fmt.Sprintf("rec-%05d", i), "t", "FAILED"), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root int
+	err = db.View(func(tx *bolt.Tx) error { root = int(tx.Bucket([]byte("audit")).Root()); return nil })
+	pageSize := db.Info().PageSize
+	db.Close()
+	if err != nil || root == 0 {
+		t.Fatalf("the audit bucket's root: %d, %v", root, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt(bytes.Repeat([]byte{0xee}, 16), int64(root*pageSize))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStoreAt(t, path)
+	if err := s.Put(ctx, newRecord("new-1", "t", "FAILED"), ev); !errors.Is(err, txn.ErrCorrupt) || errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("Put with an audit event = %v, want ErrCorrupt", err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Errorf("PutState without audit events = %v", err)
+	}
+	if _, err := s.Get(ctx, "rec-00001"); err != nil {
+		t.Errorf("Get = %v", err)
+	}
+	if s.Err() != nil {
+		t.Errorf("the store was poisoned: %v", s.Err())
 	}
 }

@@ -113,6 +113,7 @@ func (s *Store) commitBatch(batch []*writeReq) {
 	todo := slices.Clone(batch) // the requests still to commit
 	for len(todo) > 0 {
 		failed, failErr, auditErr := -1, error(nil), error(nil)
+		auditing := false // appending the batch's audit group
 		s.batches.Add(1)
 		err := s.update(func(tx *bolt.Tx) error {
 			s.pending = s.pending[:0]
@@ -131,17 +132,22 @@ func (s *Store) commitBatch(batch []*writeReq) {
 			failed = -1
 			// The batch's audit events, one group: one put instead of one
 			// per request, into pages that fill up.
+			auditing = true
 			if err := s.appendAudit(tx, s.pending); err != nil {
 				auditErr = err
 				return errAbortBatch
 			}
+			auditing = false
 			return s.failpoint(StepCommit)
 		})
 		s.release() // bbolt has copied the values into its pages, or dropped them
 		var p *panicError
-		if errors.As(err, &p) && failed >= 0 {
+		switch {
+		case errors.As(err, &p) && failed >= 0:
 			failErr = p // the request that panicked fails alone, like a failed apply
-		} else if failErr == nil {
+		case p != nil && auditing:
+			auditErr = p // bbolt met a damaged page of the log: as a damaged head
+		case failErr == nil:
 			failed = -1
 		}
 		switch {
@@ -151,9 +157,9 @@ func (s *Store) commitBatch(batch []*writeReq) {
 			todo[failed].err = failErr
 			todo = slices.Delete(todo, failed, failed+1)
 		case auditErr != nil:
-			// The log cannot take events (its head is damaged): every
-			// request that has some fails with that error, and the others
-			// are redone without them.
+			// The log cannot take events (its head or a page of it is
+			// damaged): every request that has some fails with that error,
+			// and the others are redone without them.
 			todo = slices.DeleteFunc(todo, func(r *writeReq) bool {
 				if r.audited {
 					r.err = auditErr
