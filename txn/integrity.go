@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -96,18 +97,34 @@ func checkPages(path string, timeout time.Duration) (err error) {
 		}
 	}()
 	return db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walkBucket(b) })
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if err := walkBucket(b); err != nil {
+				return fmt.Errorf("%w: %s: bucket %q: %v; check the file with 'bbolt check'", ErrCorrupt, path, name, err)
+			}
+			return nil
+		})
 	})
 }
 
-// walkBucket reads every key and value of b and of the buckets in it.
+// walkBucket reads every key and value of b and of the buckets in it, and
+// checks that the keys of each come in strictly increasing order, as bbolt's
+// rebuild checks (and raises as a panic mid-walk, with its own walk still
+// running on another goroutine). bbolt's tx.Check would load the freelist
+// by that same rebuild, so it is no help here.
 func walkBucket(b *bolt.Bucket) error {
+	var prev []byte
 	return b.ForEach(func(k, v []byte) error {
+		if prev != nil && bytes.Compare(prev, k) >= 0 {
+			return fmt.Errorf("key %x after key %x: out of order", k, prev)
+		}
+		prev = k
 		if v != nil {
 			return nil
 		}
 		if child := b.Bucket(k); child != nil {
-			return walkBucket(child)
+			if err := walkBucket(child); err != nil {
+				return fmt.Errorf("bucket %q: %w", k, err)
+			}
 		}
 		return nil
 	})

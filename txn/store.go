@@ -179,8 +179,19 @@ func openError(path string, err error) error {
 // openBolt runs bolt.Open, turning a panic (bbolt reading a damaged meta
 // or freelist page) into an error wrapping ErrCorrupt.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	// The file, to close it (and release its lock) if bbolt panics: it
+	// never returns the *DB then.
+	var file *os.File
+	opts.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		file = f
+		return f, err
+	}
 	defer func() {
 		if v := recover(); v != nil {
+			if file != nil {
+				file.Close()
+			}
 			db, err = nil, fmt.Errorf("%w: %s: bbolt failed reading a page (%v); check the file with 'bbolt check'", ErrCorrupt, path, v)
 		}
 	}()
