@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -73,7 +75,17 @@ func (t *typedTool[In, Out]) Execute(ctx context.Context, env *Env, input json.R
 	d := json.NewDecoder(bytes.NewReader(input))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&in); err != nil {
-		return nil, fmt.Errorf("tools: decoding input into %T: %w", in, err)
+		// The schema admitted an input the tool's Go type cannot hold: the
+		// declaration's fault, said in the input's terms, not Go's.
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			where := "the input"
+			if ute.Field != "" {
+				where = "input field " + strconv.Quote(ute.Field)
+			}
+			return nil, fmt.Errorf("tools: %s: the tool cannot take the %s given; its schema admits more than its implementation does", where, ute.Value)
+		}
+		return nil, fmt.Errorf("tools: decoding the input: %w", err)
 	}
 	out, err := t.fn(ctx, env, in)
 	if err != nil {

@@ -73,6 +73,8 @@ func TestNewTyped_Execute(t *testing.T) {
 		{name: "unknown field", input: `{"name": "x", "extra": 1}`, wantErr: true},
 		{name: "wrong type", input: `{"name": 5}`, wantErr: true},
 		{name: "not JSON", input: `{`, wantErr: true},
+		// The schema admits any integer; the Go field is an int.
+		{name: "too big for its Go type", input: `{"name": "x", "times": 99999999999999999999}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +85,10 @@ func TestNewTyped_Execute(t *testing.T) {
 				}
 				if tt.is != nil && !errors.Is(err, tt.is) {
 					t.Errorf("Execute error = %v; want it to wrap %v", err, tt.is)
+				}
+				// Said in the input's terms: no Go type names.
+				if msg := err.Error(); strings.Contains(msg, "greetIn") || strings.Contains(msg, "int64") || strings.Contains(msg, "Go ") {
+					t.Errorf("Execute error names Go types: %v", err)
 				}
 				return
 			}
