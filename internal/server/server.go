@@ -285,19 +285,11 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
 		return
 	}
-	if wait, ok := s.limit(who.Principal, name); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
+	release, ok := s.admit(w, who.Principal, name)
+	if !ok {
 		return
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
-		return
-	}
+	defer release()
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
@@ -631,25 +623,36 @@ type executeIntentRequest struct {
 	Hash string `json:"hash"`
 }
 
+// admit lets an execution in: within the rate limits of the principal (and
+// of tool, unless ""), then into one of the server's execution slots, which
+// release gives back. Otherwise it answers 429 or 503 and reports false.
+func (s *Server) admit(w http.ResponseWriter, principal, tool string) (release func(), ok bool) {
+	if wait, ok := s.limit(principal, tool); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
+		return nil, false
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, true
+	default:
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
+		return nil, false
+	}
+}
+
 // executeIntent runs an approved intent, at most once.
 func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who TokenConfig) {
 	var req executeIntentRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
+	release, ok := s.admit(w, who.Principal, "")
+	if !ok {
 		return
 	}
-	if wait, ok := s.limit(who.Principal, ""); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
-		return
-	}
+	defer release()
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(context.WithoutCancel(r.Context()), tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal})
