@@ -171,9 +171,17 @@ func TestProcess_DeadlineKillsTheGroup(t *testing.T) {
 	if !pr.TimedOut || pr.Success() {
 		t.Errorf("process result: timed out %v, success %v", pr.TimedOut, pr.Success())
 	}
-	line, _, _ := strings.Cut(string(pr.Stdout), "\n") // then the grandchild's "partial"
-	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "gpid="))
-	if err != nil {
+	// The child prints "gpid=N" and the grandchild "partial"; the two
+	// processes write concurrently, so the lines may come in either order.
+	gpid := -1
+	for line := range strings.Lines(string(pr.Stdout)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "gpid="); ok {
+			if gpid, err = strconv.Atoi(v); err != nil {
+				gpid = -1
+			}
+		}
+	}
+	if gpid <= 0 {
 		t.Fatalf("no grandchild pid in the partial output %q", pr.Stdout)
 	}
 	waitGone(t, gpid)

@@ -159,9 +159,17 @@ func TestExecTools_Timeout(t *testing.T) {
 	if out["timed_out"] != true || out["success"] != false {
 		t.Errorf("fork: %v", out)
 	}
-	line, _, _ := strings.Cut(out["stdout"].(string), "\n")
-	gpid, err := strconv.Atoi(strings.TrimPrefix(line, "gpid="))
-	if err != nil {
+	// The child's "gpid=N" and the grandchild's output race: either order.
+	gpid := -1
+	stdout, _ := out["stdout"].(string)
+	for line := range strings.Lines(stdout) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "gpid="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				gpid = n
+			}
+		}
+	}
+	if gpid <= 0 {
 		t.Fatalf("no grandchild pid in the partial output %q", out["stdout"])
 	}
 	waitGone(t, gpid)

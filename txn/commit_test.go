@@ -234,38 +234,87 @@ func TestStore_GroupCommit(t *testing.T) {
 // update: concurrent writes share groups, the chain stays whole, and the
 // events of a request that failed in the batch are not in it.
 func TestStore_GroupCommitAudit(t *testing.T) {
-	s := openStoreAt(t, filepath.Join(t.TempDir(), "a.db")) // fsync on: commits pile up behind it
+	s := openStoreAt(t, filepath.Join(t.TempDir(), "a.db"))
 	ctx := context.Background()
 	const n = 48
 	var fails atomic.Int32
+	// While hold is set, the next update waits before it commits: the
+	// writes that arrive meanwhile queue behind it and then form one batch,
+	// whatever the scheduler does.
+	var hold atomic.Pointer[chan struct{}]
+	entered := make(chan struct{}, 1)
 	txn.SetFailpoint(s, func(st string) error {
-		if st == txn.StepApplyWrite && fails.CompareAndSwap(0, 1) {
-			return errors.New("injected into one write-set")
+		switch st {
+		case txn.StepApplyWrite:
+			if fails.CompareAndSwap(0, 1) {
+				return errors.New("injected into one write-set")
+			}
+		case txn.StepCommit:
+			if h := hold.Swap(nil); h != nil {
+				entered <- struct{}{}
+				<-*h
+			}
 		}
 		return nil
 	})
+	// holdWriter holds the writer with a write that carries no audit event,
+	// runs start, and lets the writer go once want writes are queued.
+	holdWriter := func(id string, start func(), want int) {
+		t.Helper()
+		release := make(chan struct{})
+		hold.Store(&release)
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Begin(ctx, executing(id))
+			done <- err
+		}()
+		<-entered
+		start()
+		deadline := time.Now().Add(time.Minute)
+		for txn.Queued(s) < want {
+			if time.Now().After(deadline) {
+				close(release)
+				t.Fatalf("%d writes queued behind the held writer, want %d", txn.Queued(s), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 	event := func(what, id string) txn.AuditEvent {
 		return txn.AuditEvent{Data: []byte(`{"` + what + `":"` + id + `"}`)}
 	}
-	var wg sync.WaitGroup
+	var wg, claimed sync.WaitGroup
 	failed := make([]bool, n)
-	for i := range n {
-		wg.Go(func() {
-			id := fmt.Sprintf("a%02d", i)
-			tx, err := s.Begin(ctx, executing(id), event("claim", id))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			tx.Put("a", id, []byte(id))
-			if err := tx.Commit(ctx, finalOf(id), event("commit", id)); err != nil {
-				failed[i] = true
-				if err := tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"), event("rollback", id)); err != nil {
+	commit := make(chan struct{})
+	claimed.Add(n)
+	holdWriter("hold-claims", func() {
+		for i := range n {
+			wg.Go(func() {
+				id := fmt.Sprintf("a%02d", i)
+				tx, err := s.Begin(ctx, executing(id), event("claim", id))
+				claimed.Done()
+				if err != nil {
 					t.Error(err)
+					return
 				}
-			}
-		})
-	}
+				<-commit
+				tx.Put("a", id, []byte(id))
+				if err := tx.Commit(ctx, finalOf(id), event("commit", id)); err != nil {
+					failed[i] = true
+					if err := tx.Rollback(ctx, newRecord(id, "t", "ROLLED_BACK"), event("rollback", id)); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}, n)
+	// Once every claim has returned, hold the writer again so that the
+	// commits queue up as one batch too.
+	claimed.Wait()
+	holdWriter("hold-commits", func() { close(commit) }, n)
 	wg.Wait()
 	if got := fails.Load(); got != 1 {
 		t.Fatalf("the failpoint fired %d times", got)
@@ -318,8 +367,11 @@ func TestStore_GroupCommitAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if groups >= len(log) {
-		t.Errorf("%d groups for %d events: the batches' events were not grouped", groups, len(log))
+	// The claims' batch, the commits' batch (the failed write redone
+	// without it) and the failed write's rollback: three groups. Without
+	// grouping there would be one per write.
+	if groups != 3 {
+		t.Errorf("%d groups for %d events, want 3: the batches' events were not grouped", groups, len(log))
 	}
 }
 

@@ -40,3 +40,10 @@ func Batches(s *Store) int64 { return s.batches.Load() }
 
 // FreelistSynced reports whether the file at path stores its freelist.
 func FreelistSynced(path string) (synced, ok bool) { return freelistSynced(path) }
+
+// Queued returns how many writes wait for the group committer.
+func Queued(s *Store) int {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return len(s.queue)
+}
