@@ -94,6 +94,27 @@ func (e *Event) AppendJSON(b []byte) []byte {
 	if e.IdempotencyBypass {
 		b = append(b, `,"idempotencyBypass":true`...)
 	}
+	if e.IntentID != "" {
+		b = append(b, `,"intentId":`...)
+		b = appendJSONString(b, e.IntentID)
+	}
+	if in := e.Intent; in != nil {
+		b = append(b, `,"intent":{"id":`...)
+		b = appendJSONString(b, in.ID)
+		b = append(b, `,"hash":`...)
+		b = appendJSONString(b, in.Hash)
+		b = append(b, `,"action":`...)
+		b = appendJSONString(b, in.Action)
+		if in.Code != "" {
+			b = append(b, `,"code":`...)
+			b = appendJSONString(b, in.Code)
+		}
+		if in.Reason != "" {
+			b = append(b, `,"reason":`...)
+			b = appendJSONString(b, in.Reason)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 

@@ -50,6 +50,12 @@ func TestEvent_AppendJSON(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.IdempotencyKey, e.IdempotencyBypass = str(), rng.IntN(2) == 0
 		}
+		if rng.IntN(2) == 0 {
+			e.IntentID = str()
+		}
+		if rng.IntN(2) == 0 {
+			e.Intent = &audit.IntentAction{ID: str(), Hash: str(), Action: str(), Code: str(), Reason: str()}
+		}
 		want, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)

@@ -56,6 +56,39 @@ type Event struct {
 	// IdempotencyBypass marks an invocation that ran again although its
 	// key held a result: the caller asked to bypass it.
 	IdempotencyBypass bool `json:"idempotencyBypass,omitempty"`
+	// IntentID names the approved intent an attempt executes, on every
+	// event of that attempt.
+	IntentID string `json:"intentId,omitempty"`
+	// Intent is set on the events of an intent's own history, which are
+	// not lifecycle transitions of an attempt: its proposal, the decision
+	// on it, and each refused request to execute it. Such an event has no
+	// executionId; its state is the intent's action in upper case
+	// (PROPOSED, APPROVED, REJECTED or REFUSED), its userId the person who
+	// acted, and its inputHash the hash of the proposed input.
+	Intent *IntentAction `json:"intent,omitempty"`
+}
+
+// The actions of an intent's history, in [IntentAction.Action].
+const (
+	IntentProposed = "proposed"
+	IntentApproved = "approved"
+	IntentRejected = "rejected"
+	IntentRefused  = "refused"
+)
+
+// IntentAction is one step of an intent's history (see [Event.Intent]).
+type IntentAction struct {
+	// ID is the intent's id, a UUID.
+	ID string `json:"id"`
+	// Hash is the intent's hash: the SHA-256 of its canonical tool,
+	// version and input.
+	Hash string `json:"hash"`
+	// Action is what happened: proposed, approved, rejected or refused.
+	Action string `json:"action"`
+	// Code is why an execution request was refused (an intent error code).
+	Code string `json:"code,omitempty"`
+	// Reason is a rejection's reason.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Decision records one capability decision: who (the event's userId) asked
@@ -142,6 +175,10 @@ func (e *Event) check() error {
 		strs = append(strs, d.Required...)
 		strs = append(strs, d.Granted...)
 		strs = append(strs, d.Missing...)
+	}
+	strs = append(strs, e.IntentID)
+	if in := e.Intent; in != nil {
+		strs = append(strs, in.ID, in.Hash, in.Action, in.Code, in.Reason)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

@@ -16,6 +16,7 @@ type eventExtras struct {
 	decision *audit.Decision
 	idemKey  string
 	bypass   bool
+	intentID string // the approved intent the attempt executes
 }
 
 // auditEvents builds the audit events (RFC-0001 8.1) of the transitions
@@ -56,7 +57,7 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 		if t.To == lifecycle.Authorized || t.To == lifecycle.Denied {
 			e.Decision = x.decision
 		}
-		e.IdempotencyKey, e.IdempotencyBypass = x.idemKey, x.bypass
+		e.IdempotencyKey, e.IdempotencyBypass, e.IntentID = x.idemKey, x.bypass, x.intentID
 		at := len(buf)
 		buf = e.AppendJSON(buf)
 		ends = append(ends, len(buf))

@@ -119,6 +119,9 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 // events include the capability decision's.
 func (c *call) extras(decided bool) eventExtras {
 	x := eventExtras{idemKey: c.inv.IdempotencyKey, bypass: c.inv.BypassIdempotency && c.inv.IdempotencyKey != ""}
+	if c.intent != nil {
+		x.intentID = c.intent.ID
+	}
 	if decided {
 		x.decision = c.decision
 	}
@@ -337,7 +340,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 		// Nothing was written and nothing ran.
 		var ie *IntentError
 		if errors.As(err, &ie) {
-			r.recordRefusal(ctx, ie.IntentID, c.inv.Principal, ie.Code)
+			r.recordRefusal(ctx, c.intent, c.inv.Principal, ie.Code)
 			return c.end(ctx, m, rec, lifecycle.EventAbort, ie)
 		}
 		return c.end(ctx, m, rec, lifecycle.EventAbort, &StateError{Op: "begin", Err: err})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/uuid"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/tools"
@@ -163,12 +164,14 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 	if err != nil {
 		return nil, err
 	}
+	ev := r.intentEvent(rec.ID, rec.Hash, rec.Tool, rec.Version, rec.Input, rec.Proposer, rec.ProposedAt,
+		&audit.IntentAction{Action: audit.IntentProposed})
 	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		if _, ok := v.Get(nsIntents, rec.ID); ok {
 			return errors.New("runtime: intent id collision") // a random UUID: never in practice
 		}
 		return v.Put(nsIntents, rec.ID, b)
-	})
+	}, ev)
 	if err != nil {
 		return nil, &StateError{Op: "record", Err: err}
 	}
@@ -204,11 +207,21 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if err := checkPrincipal(d.By); err != nil {
 		return nil, err
 	}
+	// The intent's proposal is immutable: read it first, for the event.
+	in, err := r.Intent(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	d.At = r.opts.Now().UTC()
 	b, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
+	action := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason}
+	if d.Approved {
+		action.Action = audit.IntentApproved
+	}
+	ev := r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, action)
 	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		if _, ok := v.Get(nsIntents, id); !ok {
 			return &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}
@@ -224,7 +237,7 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 				Reason: fmt.Sprintf("already %s by %s at %s; a decision is final", verb, p.By, p.At.Format(time.RFC3339))}
 		}
 		return v.Put(nsDecisions, id, b)
-	})
+	}, ev)
 	if err != nil {
 		var ie *IntentError
 		if errors.As(err, &ie) {
@@ -400,7 +413,7 @@ func ReadIntents(ctx context.Context, store *txn.Store, f IntentFilter) ([]*Inte
 func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *tools.Entry, error) {
 	refuse := func(in *Intent, e *IntentError) (*Intent, *tools.Entry, error) {
 		if in != nil {
-			r.recordRefusal(ctx, in.ID, principalOf(*inv), e.Code)
+			r.recordRefusal(ctx, in, principalOf(*inv), e.Code)
 		}
 		return in, nil, e
 	}
@@ -441,6 +454,11 @@ func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *too
 	if in.Execution != nil {
 		return refuse(in, r.executedError(ctx, in.ID, in.Execution))
 	}
+	// The approval must be proven by the audit log, not only stored: a
+	// decision written below the store's API has no event (001 rule 3).
+	if e := r.approvalProven(ctx, in); e != nil {
+		return refuse(in, e)
+	}
 	return in, entry, nil
 }
 
@@ -455,13 +473,34 @@ func (r *Runtime) executedError(ctx context.Context, id string, x *IntentExecuti
 		Reason: fmt.Sprintf("executed at %s (execution %s); an intent runs at most once", x.At.Format(time.RFC3339Nano), x.ExecutionID)}
 }
 
-// recordRefusal adds a refused execution request to the intent's history.
-// It is best effort: the refusal itself does not depend on it.
-func (r *Runtime) recordRefusal(ctx context.Context, id, principal, code string) {
+// recordRefusal adds a refused execution request to the intent's history,
+// with its audit event in the same update. It is best effort: the refusal
+// itself does not depend on it.
+func (r *Runtime) recordRefusal(ctx context.Context, in *Intent, principal, code string) {
 	now := r.opts.Now().UTC()
 	b, _ := json.Marshal(IntentRefusal{At: now, Principal: principal, Code: code})
-	key := fmt.Sprintf("%s/%020d-%s", id, now.UnixNano(), uuid.New()[:8])
-	r.store.PutState(context.WithoutCancel(ctx), nsIntentLogs, key, b)
+	key := fmt.Sprintf("%s/%020d-%s", in.ID, now.UnixNano(), uuid.New()[:8])
+	ev := r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, principal, now,
+		&audit.IntentAction{Action: audit.IntentRefused, Code: code})
+	r.store.UpdateState(context.WithoutCancel(ctx), func(v *txn.StateView) error {
+		return v.Put(nsIntentLogs, key, b)
+	}, ev)
+}
+
+// intentEvent is the audit event of one step of an intent's history.
+func (r *Runtime) intentEvent(id, hash, tool, version string, input json.RawMessage, who string, at time.Time, action *audit.IntentAction) txn.AuditEvent {
+	action.ID, action.Hash = id, hash
+	e := audit.Event{
+		EventID:     r.ids.Ordered(),
+		Timestamp:   at.UnixMilli(),
+		ToolID:      tool,
+		ToolVersion: version,
+		State:       strings.ToUpper(action.Action),
+		UserID:      who,
+		InputHash:   hashJSON(input),
+		Intent:      action,
+	}
+	return txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
 }
 
 // claimGuard is the BeginWith guard of an intent's execution: it marks

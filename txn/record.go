@@ -115,5 +115,10 @@ func decodeRecord(id string, data []byte) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: execution %q: %v", ErrCorrupt, id, err)
 	}
+	if r.ExecutionID != id {
+		// Moved or copied below the store's API: never shown as the
+		// record of another execution.
+		return nil, fmt.Errorf("%w: the record stored as execution %q is that of execution %q", ErrCorrupt, id, r.ExecutionID)
+	}
 	return r, nil
 }

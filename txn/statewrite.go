@@ -85,13 +85,24 @@ func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 // files) in namespaces no tool reaches; a tool's state changes only through
 // a Tx. Under group commit fn may run more than once for one call, so it
 // must have no effect but through the view.
-func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error) error {
+//
+// The audit events, if any, are appended in the same update, and only if
+// fn succeeds: a record and the event that proves it are written together
+// or not at all.
+func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error, events ...AuditEvent) error {
+	evs, err := prepareAudit(events)
+	if err != nil {
+		return err
+	}
 	var v *StateView
 	return s.write(ctx, func(tx *bolt.Tx) error {
 		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
 		return fn(v) // an error fails this call alone, not its batch
 	}, func(tx *bolt.Tx) error {
-		return applyWrites(tx, v.writes, s.failpoint)
+		if err := applyWrites(tx, v.writes, s.failpoint); err != nil {
+			return err
+		}
+		return s.audit(evs)
 	})
 }
 

@@ -1,0 +1,603 @@
+package runtime
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// The audit log covers what the store shows people. The audit events of an
+// attempt carry its state path, its principal, capabilities, input and
+// output hashes and its error; those of an intent carry its proposal, the
+// decision on it and every refused request to run it. A stored record that
+// disagrees with its events, a record without events and events without a
+// record are all tampering (or damage), and are reported as Discrepancy
+// values: by [VerifyRecords] for a whole database, and by
+// [VerifyExecution] and [VerifyIntent] for the one record shown.
+
+// Discrepancy is a stored record that its audit events do not prove.
+type Discrepancy struct {
+	// Kind is what was checked: "execution", "intent" or "idempotency key".
+	Kind string `json:"kind"`
+	// ID identifies it: an execution id, an intent id, or a key.
+	ID string `json:"id"`
+	// Field names what disagrees, e.g. "output", "state", "record" (no
+	// record for the events), "events" (no events for the record).
+	Field string `json:"field"`
+	// Detail says how, in the user's terms.
+	Detail string `json:"detail"`
+}
+
+func (d Discrepancy) String() string {
+	return fmt.Sprintf("%s %s: %s: %s", d.Kind, d.ID, d.Field, d.Detail)
+}
+
+// auditSlack bounds how long before its first recorded time a record's
+// events are searched for (see [txn.Store.AuditSearch]): events are
+// committed after the time they carry, by at most a few fsyncs in
+// practice. A clock set back by more than this makes a record's events
+// unfindable: the record is then reported as unproven, never as proven.
+const auditSlack = 10 * time.Minute
+
+// VerifyExecution checks one execution record against its audit events,
+// searched from the end of the log back to shortly before the record
+// began. It returns what disagrees (nothing when the log proves the
+// record), or an error if the log cannot be read.
+func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]Discrepancy, error) {
+	notBefore := rec.StartedAt.Add(-auditSlack)
+	for _, t := range rec.Transitions {
+		if t.At.Before(rec.StartedAt) {
+			notBefore = t.At.Add(-auditSlack)
+		}
+	}
+	type seqEvent struct {
+		seq uint64
+		ev  audit.Event
+	}
+	var found []seqEvent
+	needle := `"executionId":"` + rec.ExecutionID + `"`
+	var derr error
+	err := store.AuditSearch(ctx, needle, notBefore.UnixMilli(), func(e txn.AuditEntry) bool {
+		var ev audit.Event
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
+			return true
+		}
+		if ev.ExecutionID == rec.ExecutionID && ev.Intent == nil {
+			found = append(found, seqEvent{e.Seq, ev})
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return []Discrepancy{{Kind: "execution", ID: rec.ExecutionID, Field: "events", Detail: derr.Error()}}, nil
+	}
+	// Found newest group first: put them back in log order.
+	slices.SortFunc(found, func(a, b seqEvent) int { return cmp.Compare(a.seq, b.seq) })
+	evs := make([]audit.Event, len(found))
+	for i, f := range found {
+		evs[i] = f.ev
+	}
+	return compareExecution(rec.ExecutionID, rec, evs), nil
+}
+
+// compareExecution compares the record stored under key with the audit
+// events of its attempt, in log order.
+func compareExecution(key string, rec *txn.Record, evs []audit.Event) []Discrepancy {
+	var out []Discrepancy
+	bad := func(field, format string, args ...any) {
+		out = append(out, Discrepancy{Kind: "execution", ID: key, Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	if rec == nil {
+		bad("record", "the audit log holds %d events of this execution, but no record", len(evs))
+		return out
+	}
+	if rec.ExecutionID != key {
+		bad("executionId", "the record stored under this id names execution %s", rec.ExecutionID)
+	}
+	if len(evs) == 0 {
+		bad("events", "the record (%s) has no audit events: it was not written by toolgate", rec.State)
+		return out
+	}
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.EventID
+	}
+	if !slices.Equal(ids, rec.AuditEvents) {
+		bad("auditEvents", "the record lists %d event ids, the log holds %d events of this execution", len(rec.AuditEvents), len(evs))
+	}
+	last := evs[len(evs)-1]
+	if rec.State != last.State {
+		bad("state", "the record says %s, the audit log %s", rec.State, last.State)
+	}
+	if len(rec.Transitions) != len(evs) {
+		bad("transitions", "the record has %d transitions, the audit log %d", len(rec.Transitions), len(evs))
+	} else {
+		for i, t := range rec.Transitions {
+			e := evs[i]
+			if t.To != e.State {
+				bad("transitions", "transition %d enters %s in the record, %s in the audit log", i+1, t.To, e.State)
+				break
+			}
+			if t.At.UnixMilli() != e.Timestamp {
+				bad("transitions", "transition %d to %s is at %s in the record, %s in the audit log", i+1, t.To,
+					t.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(e.Timestamp).UTC().Format(time.RFC3339Nano))
+				break
+			}
+		}
+	}
+	for _, e := range evs {
+		switch {
+		case e.ToolID != rec.ToolID || e.ToolVersion != rec.ToolVersion:
+			bad("tool", "the record names %s@%s, the audit log %s@%s", rec.ToolID, rec.ToolVersion, e.ToolID, e.ToolVersion)
+		case e.CallID != rec.CallID:
+			bad("callId", "the record names call %s, the audit log %s", rec.CallID, e.CallID)
+		case e.Attempt != rec.Attempt:
+			bad("attempt", "the record is attempt %d, the audit log %d", rec.Attempt, e.Attempt)
+		case e.UserID != rec.Principal:
+			bad("principal", "the record names %q, the audit log %q", rec.Principal, e.UserID)
+		case !slices.Equal(e.Capabilities, nonNil(rec.Capabilities)):
+			bad("capabilities", "the record lists %v, the audit log %v", rec.Capabilities, e.Capabilities)
+		case e.InputHash != rec.InputHash:
+			bad("inputHash", "the record's input hash is %s, the audit log's %s", short(rec.InputHash), short(e.InputHash))
+		default:
+			continue
+		}
+		break // one report per field is enough
+	}
+	if last.OutputHash != rec.OutputHash {
+		bad("outputHash", "the record's output hash is %q, the audit log's %q", short(rec.OutputHash), short(last.OutputHash))
+	}
+	if len(rec.Output) > 0 || rec.OutputHash != "" {
+		if h := hashJSON(rec.Output); h != last.OutputHash {
+			bad("output", "the stored output hashes to %s, the audit log recorded %s", short(h), short(last.OutputHash))
+		}
+	}
+	var recErr, evErr *audit.ErrorDetails
+	if rec.Error != nil {
+		recErr = &audit.ErrorDetails{Type: rec.Error.Type, Code: rec.Error.Code, Message: rec.Error.Message}
+	}
+	for _, e := range evs {
+		if e.Error != nil {
+			evErr = e.Error // the last one: the terminal event's
+		}
+	}
+	switch {
+	case (recErr == nil) != (evErr == nil):
+		bad("error", "the record's error is %s, the audit log's %s", describeErr(recErr), describeErr(evErr))
+	case recErr != nil && *recErr != *evErr:
+		bad("error", "the record's error is %s, the audit log's %s", describeErr(recErr), describeErr(evErr))
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func describeErr(e *audit.ErrorDetails) string {
+	if e == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s/%s %q", e.Type, e.Code, runePrefix(e.Message, 80))
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// intentEvents are the audit events of one intent: its history, and the
+// execution ids whose claim names it.
+type intentEvents struct {
+	history    []audit.Event
+	executions []string
+}
+
+// VerifyIntent checks one intent (as [ReadIntent] returns it) against the
+// audit events of its history: its proposal, the decision on it and its
+// execution. It returns what disagrees, or an error if the log cannot be
+// read.
+func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
+	ie, err := searchIntent(ctx, store, in.ID, in.ProposedAt)
+	if err != nil {
+		return nil, err
+	}
+	return compareIntent(in, ie), nil
+}
+
+func searchIntent(ctx context.Context, store *txn.Store, id string, proposed time.Time) (*intentEvents, error) {
+	ie := &intentEvents{}
+	var groups [][]audit.Event
+	var cur []audit.Event
+	lastSeq := uint64(0)
+	err := store.AuditSearch(ctx, id, proposed.Add(-auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
+		var ev audit.Event
+		if json.Unmarshal(e.Event, &ev) != nil {
+			return false
+		}
+		if lastSeq != 0 && e.Seq != lastSeq+1 {
+			groups = append(groups, cur)
+			cur = nil
+		}
+		lastSeq = e.Seq
+		cur = append(cur, ev)
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	groups = append(groups, cur)
+	slices.Reverse(groups) // newest group first: back to log order
+	for _, g := range groups {
+		for _, ev := range g {
+			ie.add(id, ev)
+		}
+	}
+	return ie, nil
+}
+
+func (ie *intentEvents) add(id string, ev audit.Event) {
+	switch {
+	case ev.Intent != nil && ev.Intent.ID == id:
+		ie.history = append(ie.history, ev)
+	case ev.IntentID == id && ev.State == string(lifecycle.Executing):
+		ie.executions = append(ie.executions, ev.ExecutionID)
+	}
+}
+
+// compareIntent compares a stored intent with its events.
+func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
+	var out []Discrepancy
+	bad := func(field, format string, args ...any) {
+		out = append(out, Discrepancy{Kind: "intent", ID: in.ID, Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	var proposal, decision *audit.Event
+	for i := range ie.history {
+		e := &ie.history[i]
+		switch e.Intent.Action {
+		case audit.IntentProposed:
+			if proposal == nil {
+				proposal = e
+			}
+		case audit.IntentApproved, audit.IntentRejected:
+			if decision == nil {
+				decision = e
+			}
+		}
+	}
+	if proposal == nil {
+		bad("proposal", "the intent has no proposal in the audit log: it was not proposed through toolgate")
+	} else {
+		inputHash := hashJSON(in.Input)
+		switch {
+		case proposal.Intent.Hash != in.Hash:
+			bad("hash", "the stored hash is %s, the proposal's %s", short(in.Hash), short(proposal.Intent.Hash))
+		case proposal.ToolID != in.Tool || proposal.ToolVersion != in.Version:
+			bad("tool", "the intent names %s@%s, its proposal %s@%s", in.Tool, in.Version, proposal.ToolID, proposal.ToolVersion)
+		case proposal.InputHash != inputHash:
+			bad("input", "the stored input hashes to %s, the proposal's to %s", short(inputHash), short(proposal.InputHash))
+		case proposal.UserID != in.Proposer:
+			bad("proposer", "the intent names %q, its proposal %q", in.Proposer, proposal.UserID)
+		case proposal.Timestamp != in.ProposedAt.UnixMilli():
+			bad("proposedAt", "the intent says it was proposed at %s, its proposal %s",
+				in.ProposedAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(proposal.Timestamp).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	switch d := in.Decision; {
+	case d == nil && decision != nil:
+		bad("decision", "the audit log records it %s by %q, the store holds no decision", decision.Intent.Action, decision.UserID)
+	case d != nil && decision == nil:
+		verb := audit.IntentRejected
+		if d.Approved {
+			verb = audit.IntentApproved
+		}
+		bad("decision", "the store says %s by %q, the audit log holds no decision", verb, d.By)
+	case d != nil:
+		verb := audit.IntentRejected
+		if d.Approved {
+			verb = audit.IntentApproved
+		}
+		switch {
+		case verb != decision.Intent.Action:
+			bad("decision", "the store says %s, the audit log %s", verb, decision.Intent.Action)
+		case d.By != decision.UserID:
+			bad("decision", "the store names %q as the one who decided, the audit log %q", d.By, decision.UserID)
+		case d.Reason != decision.Intent.Reason:
+			bad("decision", "the stored reason differs from the audit log's")
+		case d.At.UnixMilli() != decision.Timestamp:
+			bad("decision", "the store says it was decided at %s, the audit log %s",
+				d.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(decision.Timestamp).UTC().Format(time.RFC3339Nano))
+		case decision.Intent.Hash != in.Hash:
+			bad("decision", "the decision in the audit log was on hash %s, the intent's is %s", short(decision.Intent.Hash), short(in.Hash))
+		}
+	}
+	switch x := in.Execution; {
+	case x == nil && len(ie.executions) > 0:
+		bad("execution", "the audit log records execution %s of it, the store none", ie.executions[0])
+	case x != nil && !slices.Contains(ie.executions, x.ExecutionID):
+		bad("execution", "the store says execution %s ran it, the audit log does not", x.ExecutionID)
+	case len(ie.executions) > 1:
+		bad("execution", "the audit log records %d executions of it", len(ie.executions))
+	}
+	return out
+}
+
+// approvalProven checks, before an approved intent runs, that its proposal
+// and approval are in the audit log as stored: an approval written below
+// the store's API has no event, and is refused.
+func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
+	ds, err := VerifyIntent(ctx, r.store, in)
+	if err == nil && len(ds) == 0 {
+		return nil
+	}
+	reason := "its proposal and approval could not be read from the audit log"
+	if err == nil {
+		var parts []string
+		for _, d := range ds {
+			parts = append(parts, d.Field+": "+d.Detail)
+		}
+		reason = "the stored intent disagrees with the audit log (" + strings.Join(parts, "; ") + ")"
+	} else if errors.Is(err, txn.ErrCorrupt) {
+		reason = "the audit log is damaged: " + err.Error()
+	}
+	return &IntentError{Code: "intent_corrupt", IntentID: in.ID, Reason: reason + "; it was not run"}
+}
+
+// RecordsReport sums up [VerifyRecords].
+type RecordsReport struct {
+	Events      uint64 // audit events read
+	Executions  int    // execution records checked
+	Intents     int    // intents checked
+	Discrepancy int    // discrepancies reported
+}
+
+// verifyPage is how many audit entries VerifyRecords reads at once.
+const verifyPage = 4096
+
+// VerifyRecords checks every execution record and every intent of the
+// store against the audit log, calling report for each discrepancy (an
+// error from report stops it). It reads the log once, in pages; memory is
+// bounded by the attempts in flight at any point of the log (an attempt's
+// events are held from its first to its terminal event, when its record is
+// read and compared) and by the number of intents, not by the size of the
+// log. Records without events are found by counting, and named by a
+// further pass in bounded chunks only when the counts differ.
+//
+// The store may be open read-only; the log's own chain is checked by
+// [audit.Verifier], not here.
+func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepancy) error) (*RecordsReport, error) {
+	rep := &RecordsReport{}
+	emit := func(ds []Discrepancy) error {
+		for _, d := range ds {
+			rep.Discrepancy++
+			if err := report(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	open := map[string][]audit.Event{}
+	intents := map[string]*intentEvents{}
+	intentOf := func(id string) *intentEvents {
+		ie := intents[id]
+		if ie == nil {
+			ie = &intentEvents{}
+			intents[id] = ie
+		}
+		return ie
+	}
+	matched := 0
+	check := func(id string, evs []audit.Event) error {
+		rec, err := store.Get(ctx, id)
+		switch {
+		case errors.Is(err, txn.ErrNotFound):
+			rec = nil
+		case errors.Is(err, txn.ErrCorrupt):
+			return emit([]Discrepancy{{Kind: "execution", ID: id, Field: "record", Detail: err.Error()}})
+		case err != nil:
+			return err
+		default:
+			matched++
+		}
+		return emit(compareExecution(id, rec, evs))
+	}
+	for from := uint64(1); ; {
+		page, err := store.AuditLog(ctx, from, verifyPage)
+		if err != nil {
+			return rep, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		var closed []string
+		for _, e := range page {
+			rep.Events++
+			var ev audit.Event
+			if json.Unmarshal(e.Event, &ev) != nil {
+				continue // the chain verifier names an event that does not decode
+			}
+			if ev.Intent != nil {
+				intentOf(ev.Intent.ID).add(ev.Intent.ID, ev)
+				continue
+			}
+			if ev.ExecutionID == "" {
+				continue
+			}
+			if ev.IntentID != "" {
+				intentOf(ev.IntentID).add(ev.IntentID, ev)
+			}
+			open[ev.ExecutionID] = append(open[ev.ExecutionID], ev)
+			if lifecycle.State(ev.State).Terminal() {
+				closed = append(closed, ev.ExecutionID)
+			}
+		}
+		for _, id := range closed {
+			evs, ok := open[id]
+			if !ok {
+				continue // two terminal events in one page: compared once, with both
+			}
+			delete(open, id)
+			if err := check(id, evs); err != nil {
+				return rep, err
+			}
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	// Attempts still in flight: their claims.
+	ids := make([]string, 0, len(open))
+	for id := range open {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := check(id, open[id]); err != nil {
+			return rep, err
+		}
+	}
+	rep.Executions = matched
+
+	// Records that no event names (a record stored under an id its events
+	// do not name is one of them), and records that do not decode.
+	total := 0
+	var misfiled []Discrepancy
+	err := store.WalkRecords(ctx, "", func(key string, rec *txn.Record, err error) bool {
+		total++
+		switch {
+		case err != nil:
+			misfiled = append(misfiled, Discrepancy{Kind: "execution", ID: key, Field: "record", Detail: err.Error()})
+		}
+		return len(misfiled) < 1000
+	})
+	if err != nil {
+		return rep, err
+	}
+	if err := emit(misfiled); err != nil {
+		return rep, err
+	}
+	if total != matched {
+		if err := unmatchedRecords(ctx, store, emit); err != nil {
+			return rep, err
+		}
+	}
+
+	// Intents: the stored ones against their events, then events of
+	// intents that are not stored.
+	all, err := ReadIntents(ctx, store, IntentFilter{})
+	if err != nil {
+		return rep, err
+	}
+	for _, in := range all {
+		rep.Intents++
+		ie := intents[in.ID]
+		if ie == nil {
+			ie = &intentEvents{}
+		}
+		delete(intents, in.ID)
+		if err := emit(compareIntent(in, ie)); err != nil {
+			return rep, err
+		}
+	}
+	gone := make([]string, 0, len(intents))
+	for id := range intents {
+		gone = append(gone, id)
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		if err := emit([]Discrepancy{{Kind: "intent", ID: id, Field: "record",
+			Detail: fmt.Sprintf("the audit log holds %d events of this intent, but no intent is stored", len(intents[id].history)+len(intents[id].executions))}}); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// unmatchedChunk bounds how many record ids unmatchedRecords holds at once.
+const unmatchedChunk = 1 << 16
+
+// unmatchedRecords names the records that no audit event names: it takes
+// the record ids a chunk at a time and reads the log once per chunk.
+func unmatchedRecords(ctx context.Context, store *txn.Store, emit func([]Discrepancy) error) error {
+	after := ""
+	for {
+		chunk := map[string]string{} // id -> state
+		last := ""
+		err := store.WalkRecords(ctx, after, func(key string, rec *txn.Record, err error) bool {
+			if err == nil {
+				chunk[key] = rec.State
+			}
+			last = key
+			return len(chunk) < unmatchedChunk
+		})
+		if err != nil {
+			return err
+		}
+		if last == "" {
+			return nil
+		}
+		for from := uint64(1); len(chunk) > 0; {
+			page, err := store.AuditLog(ctx, from, verifyPage)
+			if err != nil {
+				return err
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, e := range page {
+				var ev struct {
+					ExecutionID string `json:"executionId"`
+				}
+				if json.Unmarshal(e.Event, &ev) == nil {
+					delete(chunk, ev.ExecutionID)
+				}
+			}
+			from = page[len(page)-1].Seq + 1
+		}
+		ids := make([]string, 0, len(chunk))
+		for id := range chunk {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			if err := emit([]Discrepancy{{Kind: "execution", ID: id, Field: "events",
+				Detail: fmt.Sprintf("the record (%s) has no audit events: it was not written by toolgate", chunk[id])}}); err != nil {
+				return err
+			}
+		}
+		after = last
+	}
+}
+
+// VerifyExecution checks the stored record of one execution against its
+// audit events (see the package function [VerifyExecution]).
+func (r *Runtime) VerifyExecution(ctx context.Context, rec *txn.Record) ([]Discrepancy, error) {
+	return VerifyExecution(ctx, r.store, rec)
+}
+
+// VerifyIntent checks one intent against its audit events (see the package
+// function [VerifyIntent]).
+func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, error) {
+	return VerifyIntent(ctx, r.store, in)
+}
+
+// VerifyRecords checks every record of the runtime's store against the
+// audit log (see the package function [VerifyRecords]).
+func (r *Runtime) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
+	return VerifyRecords(ctx, r.store, report)
+}

@@ -1,0 +1,375 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/audit"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// tamper edits the database file at path below the store's API, with bbolt
+// itself, as someone with write access to the file could.
+func tamper(t *testing.T, path string, edit func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(edit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// discrepancies verifies every record of the database at path.
+func discrepancies(t *testing.T, path string) []tgruntime.Discrepancy {
+	t.Helper()
+	s, err := txn.Open(path, &txn.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out []tgruntime.Discrepancy
+	if _, err := tgruntime.VerifyRecords(context.Background(), s, func(d tgruntime.Discrepancy) error {
+		out = append(out, d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func hasDiscrepancy(ds []tgruntime.Discrepancy, kind, id, field string) bool {
+	return slices.ContainsFunc(ds, func(d tgruntime.Discrepancy) bool {
+		return d.Kind == kind && d.ID == id && d.Field == field
+	})
+}
+
+// putRecord stores rec under key, below the store's API.
+func putRecord(key string, rec *txn.Record) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		b, err := txn.EncodeRecord(rec)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("executions")).Put([]byte(key), b)
+	}
+}
+
+// An execution record is proven by the audit events of its attempt: a
+// record edited, deleted, or moved to another id in the database file is
+// reported by VerifyRecords (audit verify) and by VerifyExecution (show),
+// naming the execution and the field.
+func TestVerifyRecords_DetectsTampering(t *testing.T) {
+	ctx := context.Background()
+	failing := tool(decl("test.failing"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		return msg{}, errString("it failed")
+	})
+	setup := func(t *testing.T) (path string, ok, denied, failed *txn.Record) {
+		rt, path := openRuntime(t, &tgruntime.Options{}, echo("test.echo"), failing)
+		res, err := rt.Execute(ctx, invoke("test.echo", `{"msg":"hello"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok = record(t, rt, res.ExecutionID)
+		res, _ = rt.Execute(ctx, tgruntime.Invocation{Tool: "test.echo", Input: json.RawMessage(`{"msg":"x"}`), Principal: "nobody"})
+		denied = record(t, rt, res.ExecutionID)
+		res, _ = rt.Execute(ctx, invoke("test.failing", `{"msg":"x"}`))
+		failed = record(t, rt, res.ExecutionID)
+		if ds, err := rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error { return nil }); err != nil || ds.Discrepancy != 0 || ds.Executions != 3 {
+			t.Fatalf("an untouched database: %+v, %v", ds, err)
+		}
+		for _, rec := range []*txn.Record{ok, denied, failed} {
+			if ds, err := rt.VerifyExecution(ctx, rec); err != nil || len(ds) != 0 {
+				t.Fatalf("an untouched record %s: %v, %v", rec.State, ds, err)
+			}
+		}
+		rt.Close(ctx)
+		return path, ok, denied, failed
+	}
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(ok, denied, failed *txn.Record) func(*bolt.Tx) error
+		id    func(ok, denied, failed *txn.Record) string
+		field string
+	}{
+		{"changed output", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			ok.Output = json.RawMessage(`{"msg":"forged"}`)
+			return putRecord(ok.ExecutionID, ok)
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "output"},
+		{"changed output and its hash", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			ok.Output = json.RawMessage(`{"msg":"forged"}`)
+			ok.OutputHash, _ = audit.Hash(ok.Output)
+			return putRecord(ok.ExecutionID, ok)
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "outputHash"},
+		{"changed state", func(_, denied, _ *txn.Record) func(*bolt.Tx) error {
+			denied.State = "FAILED"
+			denied.Transitions[len(denied.Transitions)-1].To = "FAILED"
+			return putRecord(denied.ExecutionID, denied)
+		}, func(_, denied, _ *txn.Record) string { return denied.ExecutionID }, "state"},
+		{"changed error", func(_, _, failed *txn.Record) func(*bolt.Tx) error {
+			failed.Error.Message = "a different story"
+			return putRecord(failed.ExecutionID, failed)
+		}, func(_, _, failed *txn.Record) string { return failed.ExecutionID }, "error"},
+		{"changed principal", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			ok.Principal = "someone-else"
+			return putRecord(ok.ExecutionID, ok)
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "principal"},
+		{"changed capabilities", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			ok.Capabilities = nil
+			return putRecord(ok.ExecutionID, ok)
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "capabilities"},
+		{"deleted record", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			return func(tx *bolt.Tx) error { return tx.Bucket([]byte("executions")).Delete([]byte(ok.ExecutionID)) }
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "record"},
+		{"record moved to another id", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			return func(tx *bolt.Tx) error {
+				b := tx.Bucket([]byte("executions"))
+				data := b.Get([]byte(ok.ExecutionID))
+				moved := "0199e4a1-0000-7000-8000-000000000001"
+				if err := b.Put([]byte(moved), append([]byte(nil), data...)); err != nil {
+					return err
+				}
+				return b.Delete([]byte(ok.ExecutionID))
+			}
+		}, func(ok, _, _ *txn.Record) string { return "0199e4a1-0000-7000-8000-000000000001" }, "record"},
+		{"record written without events", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			forged := *ok
+			forged.ExecutionID = "0199e4a1-0000-7000-8000-000000000002"
+			return putRecord(forged.ExecutionID, &forged)
+		}, func(ok, _, _ *txn.Record) string { return "0199e4a1-0000-7000-8000-000000000002" }, "events"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, ok, denied, failed := setup(t)
+			id := tc.id(ok, denied, failed)
+			tamper(t, path, tc.edit(ok, denied, failed))
+			ds := discrepancies(t, path)
+			if !hasDiscrepancy(ds, "execution", id, tc.field) {
+				t.Fatalf("not detected: want execution %s field %s; got %v", id, tc.field, ds)
+			}
+			// The one record as show displays it.
+			s, err := txn.Open(path, &txn.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rec, err := s.Get(ctx, id)
+			switch {
+			case tc.name == "deleted record" && errors.Is(err, txn.ErrNotFound):
+				return // deleted: nothing to show
+			case strings.Contains(tc.name, "moved"):
+				if !errors.Is(err, txn.ErrCorrupt) {
+					t.Fatalf("a record stored under another execution's id is read as %v, %v; want ErrCorrupt", rec, err)
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			one, err := tgruntime.VerifyExecution(ctx, s, rec)
+			if err != nil || len(one) == 0 {
+				t.Fatalf("VerifyExecution presents the tampered record as proven: %v, %v", one, err)
+			}
+		})
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// 001 rule 3: every step of an intent's history is an audit event in the
+// same chain (proposal, approval or rejection, refused requests), and the
+// events of its execution name it.
+func TestIntent_DecisionsAreAudited(t *testing.T) {
+	rt, path := openRuntime(t, nil, echo("test.echo"))
+	ctx := context.Background()
+	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.echo", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, in.ID, in.Hash); intentCode(err) != "intent_pending" {
+		t.Fatalf("pending: %v", err)
+	}
+	if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := execIntent(rt, in.ID, in.Hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	no, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.echo", Input: json.RawMessage(`{"msg":"no"}`), Principal: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Reject(ctx, no.ID, "bob", "not today"); err != nil {
+		t.Fatal(err)
+	}
+
+	log, err := rt.AuditLog(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct{ id, action, who, code, reason string }
+	var steps []step
+	var executionEvents int
+	for _, e := range log {
+		var ev audit.Event
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Intent != nil {
+			if ev.Intent.Hash != map[string]string{in.ID: in.Hash, no.ID: no.Hash}[ev.Intent.ID] || ev.ToolID != "test.echo" || ev.State != strings.ToUpper(ev.Intent.Action) {
+				t.Errorf("intent event %s", e.Event)
+			}
+			steps = append(steps, step{ev.Intent.ID, ev.Intent.Action, ev.UserID, ev.Intent.Code, ev.Intent.Reason})
+			continue
+		}
+		if ev.ExecutionID == res.ExecutionID {
+			executionEvents++
+			if ev.IntentID != in.ID {
+				t.Errorf("an event of the intent's execution does not name it: %s", e.Event)
+			}
+		}
+	}
+	want := []step{
+		{in.ID, "proposed", "agent", "", ""},
+		{in.ID, "refused", "tester", "intent_pending", ""},
+		{in.ID, "approved", "alice", "", ""},
+		{no.ID, "proposed", "agent", "", ""},
+		{no.ID, "rejected", "bob", "", "not today"},
+	}
+	if !slices.Equal(steps, want) {
+		t.Errorf("intent events:\n got %v\nwant %v", steps, want)
+	}
+	if executionEvents == 0 {
+		t.Error("no events of the intent's execution")
+	}
+	rt.Close(ctx)
+	if ds := discrepancies(t, path); len(ds) != 0 {
+		t.Errorf("an untouched database: %v", ds)
+	}
+}
+
+// 001 rule 3, fail closed: an approval must be proven by the audit log. A
+// decision written into the database file below the store's API (inserted,
+// flipped from a rejection, or an approved intent's input and hash
+// changed together) is refused, nothing runs, and VerifyRecords reports it.
+func TestIntent_ForgedApprovalRefused(t *testing.T) {
+	ctx := context.Background()
+	const ns = "toolgate.intent.decisions"
+	state := func(tx *bolt.Tx, name string) *bolt.Bucket { return tx.Bucket([]byte("state")).Bucket([]byte(name)) }
+	for _, tc := range []struct {
+		name  string
+		setup func(rt *tgruntime.Runtime, in *tgruntime.Intent)
+		edit  func(in *tgruntime.Intent) func(*bolt.Tx) error
+		field string
+	}{
+		{"approval inserted", func(rt *tgruntime.Runtime, in *tgruntime.Intent) {},
+			func(in *tgruntime.Intent) func(*bolt.Tx) error {
+				return func(tx *bolt.Tx) error {
+					b, err := tx.Bucket([]byte("state")).CreateBucketIfNotExists([]byte(ns))
+					if err != nil {
+						return err
+					}
+					d, _ := json.Marshal(tgruntime.IntentDecision{Approved: true, By: "alice", At: time.Now().UTC()})
+					return b.Put([]byte(in.ID), d)
+				}
+			}, "decision"},
+		{"rejection flipped to approval", func(rt *tgruntime.Runtime, in *tgruntime.Intent) {
+			if _, err := rt.Reject(ctx, in.ID, "bob", "no"); err != nil {
+				t.Fatal(err)
+			}
+		}, func(in *tgruntime.Intent) func(*bolt.Tx) error {
+			return func(tx *bolt.Tx) error {
+				b := state(tx, ns)
+				var d tgruntime.IntentDecision
+				if err := json.Unmarshal(b.Get([]byte(in.ID)), &d); err != nil {
+					return err
+				}
+				d.Approved, d.Reason = true, ""
+				v, _ := json.Marshal(d)
+				return b.Put([]byte(in.ID), v)
+			}
+		}, "decision"},
+		{"approved hash changed", func(rt *tgruntime.Runtime, in *tgruntime.Intent) {
+			if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+				t.Fatal(err)
+			}
+		}, func(in *tgruntime.Intent) func(*bolt.Tx) error {
+			return func(tx *bolt.Tx) error {
+				b := state(tx, "toolgate.intents")
+				var rec map[string]any
+				if err := json.Unmarshal(b.Get([]byte(in.ID)), &rec); err != nil {
+					return err
+				}
+				evil := json.RawMessage(`{"msg":"evil"}`)
+				rec["input"] = evil
+				rec["hash"], _ = tgruntime.IntentHash(in.Tool, in.Version, evil)
+				v, _ := json.Marshal(rec)
+				return b.Put([]byte(in.ID), v)
+			}
+		}, "hash"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs := 0
+			counted := tool(decl("test.counted"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+				runs++
+				return in, nil
+			})
+			dir := t.TempDir()
+			path := filepath.Join(dir, "toolgate.db")
+			open := func() *tgruntime.Runtime {
+				reg := tools.NewRegistry()
+				if err := reg.Register(counted); err != nil {
+					t.Fatal(err)
+				}
+				rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rt
+			}
+			rt := open()
+			in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(rt, in)
+			rt.Close(ctx)
+
+			tamper(t, path, tc.edit(in))
+
+			rt = open()
+			forged, err := rt.Intent(ctx, in.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if forged.Status != tgruntime.IntentApproved {
+				t.Fatalf("the forgery did not make the intent approved: %s", forged.Status)
+			}
+			_, err = execIntent(rt, forged.ID, forged.Hash)
+			if intentCode(err) != "intent_corrupt" || runs != 0 {
+				t.Fatalf("a forged approval: err = %v, the tool ran %d times; want intent_corrupt and no run", err, runs)
+			}
+			if !strings.Contains(err.Error(), "audit log") {
+				t.Errorf("the refusal does not say why: %v", err)
+			}
+			rt.Close(ctx)
+			if ds := discrepancies(t, path); !hasDiscrepancy(ds, "intent", in.ID, tc.field) {
+				t.Errorf("audit verify does not report the forgery: want intent %s field %s, got %v", in.ID, tc.field, ds)
+			}
+		})
+	}
+}
