@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/audit"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -93,6 +94,13 @@ without gaps, that each is linked to the one before, that no stored byte was
 changed, and that the log's head records the last event. Print the number of
 valid events, or the first bad event and why, and exit 7.
 
+Then check every stored execution record and intent against its audit events:
+an execution's state path, principal, capabilities, input and output hashes
+(and the stored output against its hash) and error; an intent's proposal,
+decision and execution. Each record that disagrees, each record without
+events and each event without a record is printed with its id and the field,
+and verify exits 7: such a record was changed outside toolgate.
+
 With --checkpoint, also check the checkpoint's signature with the key (--key:
 the signing key file, or a file holding the verifier key that 'toolgate audit
 checkpoint' printed) and that the log extends it: it still holds the
@@ -138,17 +146,30 @@ proves that the log is consistent, not that it is complete.
 				return err
 			}
 			head := hex.EncodeToString(hashOf(v))
+			if !g.json {
+				fmt.Fprintf(stdio.Out, "%s valid\n", plural(int(v.Len()), "event"))
+				if v.Len() > 0 {
+					fmt.Fprintf(stdio.Out, "head: event %d, hash %s\n", v.Len(), head)
+				}
+			}
+			recs, err := verifyRecords(cmd.Context(), g, stdio, !g.json)
+			if err != nil {
+				return err
+			}
 			if g.json {
-				out := verifyJSON{Valid: true, Events: v.Len(), Head: head}
+				out := verifyJSON{Valid: recs.Discrepancy == 0, Events: v.Len(), Head: head, Records: recs}
 				if cp != nil {
 					out.Checkpoint = &checkpointJSON{Size: cp.Size, Hash: hex.EncodeToString(cp.Hash[:])}
 				}
-				return encodeJSON(stdio, out)
+				if err := encodeJSON(stdio, out); err != nil {
+					return internalErr(err)
+				}
+				return recs.failed()
 			}
-			fmt.Fprintf(stdio.Out, "%s valid\n", plural(int(v.Len()), "event"))
-			if v.Len() > 0 {
-				fmt.Fprintf(stdio.Out, "head: event %d, hash %s\n", v.Len(), head)
+			if recs.Discrepancy > 0 {
+				return recs.failed()
 			}
+			fmt.Fprintf(stdio.Out, "%s and %s match their audit events\n", plural(recs.Executions, "execution record"), plural(recs.Intents, "intent"))
 			if cp != nil {
 				fmt.Fprintf(stdio.Out, "the log extends the checkpoint of %s\n", plural(int(cp.Size), "event"))
 			} else {
@@ -169,6 +190,55 @@ type verifyJSON struct {
 	Checkpoint *checkpointJSON `json:"checkpoint,omitempty"`
 	BadEvent   uint64          `json:"badEvent,omitempty"`
 	Reason     string          `json:"reason,omitempty"`
+	Records    *recordsJSON    `json:"records,omitempty"`
+}
+
+// recordsJSON is what audit verify found of the stored records against
+// their audit events.
+type recordsJSON struct {
+	Executions    int                     `json:"executions"`
+	Intents       int                     `json:"intents"`
+	Discrepancy   int                     `json:"discrepancies"`
+	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"` // the first maxListedDiscrepancies
+}
+
+// maxListedDiscrepancies bounds the discrepancies --json lists (all are
+// counted).
+const maxListedDiscrepancies = 1000
+
+func (r *recordsJSON) failed() error {
+	if r.Discrepancy == 0 {
+		return nil
+	}
+	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s do not match the audit log: they were changed outside toolgate",
+		plural(r.Discrepancy, "stored record field"))}
+}
+
+// verifyRecords checks every execution record and intent against the audit
+// log, printing each discrepancy as it is found when print is set.
+func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*recordsJSON, error) {
+	out := &recordsJSON{}
+	store, err := g.openReadOnly()
+	if err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return out, nil
+	}
+	defer store.Close()
+	rep, err := tgruntime.VerifyRecords(ctx, store, func(d tgruntime.Discrepancy) error {
+		if print {
+			fmt.Fprintf(stdio.Out, "%s %s: %s: %s\n", clean(d.Kind), clean(d.ID), clean(d.Field), clean(d.Detail))
+		} else if len(out.Discrepancies) < maxListedDiscrepancies {
+			out.Discrepancies = append(out.Discrepancies, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, internalErr(fmt.Errorf("checking the records against the audit log: %w", err))
+	}
+	out.Executions, out.Intents, out.Discrepancy = rep.Executions, rep.Intents, rep.Discrepancy
+	return out, nil
 }
 
 type checkpointJSON struct {

@@ -297,6 +297,17 @@ func wantVerifyFailed(t *testing.T, r run, seq uint64, why string) {
 	}
 }
 
+// wantRecordsFailed is a log whose chain is consistent (events valid) but
+// whose stored records betray the tampering: audit verify exits 7 naming
+// the records that disagree.
+func wantRecordsFailed(t *testing.T, r run, events uint64, field string) {
+	t.Helper()
+	if r.code != ExitVerify || !strings.HasPrefix(r.stdout, fmt.Sprintf("%d events valid\n", events)) ||
+		!strings.Contains(r.stdout, ": "+field+": ") || !strings.Contains(r.stderr, "do not match the audit log") {
+		t.Fatalf("exit %d, want %d with %d events valid and records disagreeing on %s\nstdout: %s\nstderr: %s", r.code, ExitVerify, events, field, r.stdout, r.stderr)
+	}
+}
+
 func wantValid(t *testing.T, r run, events uint64) {
 	t.Helper()
 	if r.code != 0 || !strings.HasPrefix(r.stdout, fmt.Sprintf("%d events valid\n", events)) {
@@ -427,8 +438,9 @@ func TestAudit_Tampered(t *testing.T) {
 	t.Run("rewritten from an event on", func(t *testing.T) {
 		// Event k altered and every later hash recomputed, head included:
 		// the chain is consistent. Only a checkpoint covering event k
-		// detects it, at the checkpoint's size (the chain cannot tell
-		// which event changed).
+		// detects it in the chain, at the checkpoint's size (the chain
+		// cannot tell which event changed); the stored record of the
+		// event's attempt no longer matches it, which names the attempt.
 		for _, k := range []uint64{f.earlySize + 10, f.earlySize - 10} {
 			db := f.copyDB(t)
 			gs, _ := readAudit(t, db)
@@ -436,10 +448,10 @@ func TestAudit_Tampered(t *testing.T) {
 			es[k-1].Event = bytes.Replace(es[k-1].Event, []byte(`"toolId":"test.echo"`), []byte(`"toolId":"test.ecko"`), 1)
 			head := relink(es, int(k-1))
 			writeAudit(t, db, regroup(gs, es, true), head)
-			wantValid(t, f.verify(t, db, ""), f.size)
+			wantRecordsFailed(t, f.verify(t, db, ""), f.size, "tool")
 			wantVerifyFailed(t, f.verify(t, db, f.full), f.size, "does not extend the checkpoint")
 			if k > f.earlySize {
-				wantValid(t, f.verify(t, db, f.early), f.size)
+				wantRecordsFailed(t, f.verify(t, db, f.early), f.size, "tool")
 			} else {
 				wantVerifyFailed(t, f.verify(t, db, f.early), f.earlySize, "does not extend the checkpoint")
 			}
@@ -447,16 +459,17 @@ func TestAudit_Tampered(t *testing.T) {
 	})
 
 	t.Run("tail truncated", func(t *testing.T) {
-		// The newest groups deleted and the head rewritten to match: not
-		// detectable without a checkpoint, caught with one taken before.
+		// The newest groups deleted and the head rewritten to match: the
+		// chain cannot tell, a checkpoint taken before can; and the
+		// records of the attempts whose events went have none left.
 		db := f.copyDB(t)
 		gs, _ := readAudit(t, db)
 		keep := len(gs) - 10
 		gs = gs[:keep]
 		last := gs[keep-1].entries[len(gs[keep-1].entries)-1]
 		writeAudit(t, db, gs, headOf(last))
-		wantValid(t, f.verify(t, db, ""), last.Seq)
-		wantValid(t, f.verify(t, db, f.early), last.Seq)
+		wantRecordsFailed(t, f.verify(t, db, ""), last.Seq, "events")
+		wantRecordsFailed(t, f.verify(t, db, f.early), last.Seq, "events")
 		wantVerifyFailed(t, f.verify(t, db, f.full), last.Seq+1, "truncated")
 	})
 
@@ -822,7 +835,7 @@ func TestAudit_TailFollow(t *testing.T) {
 func TestAudit_EmptyAndLocked(t *testing.T) {
 	dir := workdir(t)
 	// No database: an empty log.
-	if r := toolgate(t, "", "audit", "verify"); r.code != 0 || r.stdout != "0 events valid\n" {
+	if r := toolgate(t, "", "audit", "verify"); r.code != 0 || r.stdout != "0 events valid\n0 execution records and 0 intents match their audit events\n" {
 		t.Fatalf("verify without a database: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	if r := toolgate(t, "", "audit", "tail"); r.code != 0 || r.stdout != "" || r.stderr != "no audit events\n" {

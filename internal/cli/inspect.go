@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -131,6 +132,11 @@ principal, state, timing, granted capabilities, hashes, output, error,
 write-set, audit event ids, and every lifecycle transition with its reason. With --json, print the record as
 stored. An unknown execution id exits 2.
 
+The record is checked against the audit events of its attempt (state path,
+principal, capabilities, input and output hashes, error). A record that does
+not match them was changed outside toolgate: show says so before the record,
+names each field that disagrees, and exits 7.
+
 ` + inspectLockHelp,
 		Example: `  toolgate show 503e2686-8db3-4949-a623-c754fb676010
   toolgate show 503e2686-8db3-4949-a623-c754fb676010 --json`,
@@ -149,13 +155,28 @@ stored. An unknown execution id exits 2.
 			if errors.Is(err, txn.ErrNotFound) {
 				return usageErr("no execution %s", clean(id))
 			}
+			if errors.Is(err, txn.ErrCorrupt) {
+				return &exitError{code: ExitVerify, err: fmt.Errorf("execution %s cannot be shown: %v", clean(id), err)}
+			}
 			if err != nil {
 				return internalErr(err)
 			}
-			if g.json {
-				return encodeJSON(stdio, rec)
+			ds, err := tgruntime.VerifyExecution(cmd.Context(), store, rec)
+			if err != nil {
+				return internalErr(fmt.Errorf("reading the audit log: %w", err))
 			}
-			return writeRecord(stdio.Out, rec, stack)
+			if len(ds) > 0 && !g.json {
+				writeDiscrepancies(stdio.Out, "this record", ds)
+			}
+			if g.json {
+				err = encodeJSON(stdio, rec)
+			} else {
+				err = writeRecord(stdio.Out, rec, stack)
+			}
+			if err != nil || len(ds) == 0 {
+				return err
+			}
+			return unproven("execution "+clean(id), ds)
 		},
 	}
 	cmd.Flags().BoolVar(&stack, "stack", false, "also print the error's stack trace, if one was recorded")
@@ -323,4 +344,23 @@ func cleanLines(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// writeDiscrepancies prints, before a record, that the audit log does not
+// prove it, and why.
+func writeDiscrepancies(w io.Writer, what string, ds []tgruntime.Discrepancy) {
+	fmt.Fprintf(w, "NOT PROVEN: %s does not match the audit log; it was changed outside toolgate:\n", what)
+	for _, d := range ds {
+		fmt.Fprintf(w, "  %s: %s\n", clean(d.Field), clean(d.Detail))
+	}
+	fmt.Fprintln(w)
+}
+
+// unproven is the exit of a record shown that the audit log does not prove.
+func unproven(what string, ds []tgruntime.Discrepancy) error {
+	fields := make([]string, 0, len(ds))
+	for _, d := range ds {
+		fields = append(fields, clean(d.Field))
+	}
+	return &exitError{code: ExitVerify, err: fmt.Errorf("%s does not match the audit log (%s): run 'toolgate audit verify'", what, strings.Join(fields, ", "))}
 }

@@ -241,7 +241,8 @@ func newIntentShowCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "Show exactly what an intent would run, and its history",
 		Long: `Show exactly what an intent would run (for a process tool, the resolved
 executable and each argument), its status and its history. An unknown or
-malformed id exits 2.
+malformed id exits 2. An intent whose proposal, decision or execution does
+not match the audit log was changed outside toolgate: show says so and exits 7.
 
 ` + inspectLockHelp,
 		Args: cobra.ExactArgs(1),
@@ -269,12 +270,23 @@ malformed id exits 2.
 			if err != nil {
 				return intentErr(err)
 			}
+			ds, err := tgruntime.VerifyIntent(cmd.Context(), store, it)
+			if err != nil {
+				return internalErr(fmt.Errorf("reading the audit log: %w", err))
+			}
 			v := viewOf(reg, it)
 			if g.json {
-				return encodeJSON(stdio, v)
+				err = encodeJSON(stdio, v)
+			} else {
+				if len(ds) > 0 {
+					writeDiscrepancies(stdio.Out, "this intent", ds)
+				}
+				printIntent(stdio.Out, v)
 			}
-			printIntent(stdio.Out, v)
-			return nil
+			if err != nil || len(ds) == 0 {
+				return err
+			}
+			return unproven("intent "+id, ds)
 		},
 	}
 }
