@@ -555,9 +555,23 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 	case errors.Is(err, txn.ErrNotFound) || (err == nil && rec.Principal != who.Principal && !who.Approver):
 		// Another principal's execution is not found, rather than forbidden: ids are not an oracle.
 		problem(w, http.StatusNotFound, "execution-not-found", "No such execution", "", nil)
+	case errors.Is(err, txn.ErrCorrupt):
+		problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
+			"the record stored under this id is damaged or was changed outside toolgate; run 'toolgate audit verify'", nil)
 	case err != nil:
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
+		// A record is shown only as the audit log proves it.
+		ds, err := s.rt.VerifyExecution(r.Context(), rec)
+		if err != nil {
+			problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
+			return
+		}
+		if len(ds) > 0 {
+			problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
+				"it was changed outside toolgate; run 'toolgate audit verify'", map[string]any{"discrepancies": ds})
+			return
+		}
 		if rec.Error != nil {
 			e := *rec.Error
 			e.Stack = "" // never a stack on the wire
