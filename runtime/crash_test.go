@@ -389,6 +389,16 @@ func (h *crashHarness) verify(round int) {
 	if err != nil {
 		t.Fatalf("round %d: List: %v", round, err)
 	}
+	// Every record, recovered ones included, is proven by the audit log.
+	nd := 0
+	if _, err := tgruntime.VerifyRecords(ctx, store, func(d tgruntime.Discrepancy) error {
+		if nd++; nd <= 5 {
+			t.Errorf("round %d: %s", round, d)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("round %d: VerifyRecords: %v", round, err)
+	}
 	ns := make(map[string]map[string][]byte)
 	for _, n := range []string{"a", "b", "c"} {
 		if ns[n], err = store.StateValues(ctx, n); err != nil {

@@ -255,4 +255,15 @@ func TestIntentCrashSafety(t *testing.T) {
 	if interrupted == 0 {
 		t.Error("no kill landed while a tool ran: the test did not exercise an interrupted intent")
 	}
+	// Whatever the kills interrupted, every record and intent is proven by
+	// the audit log: the events are written with what they record.
+	n := 0
+	if _, err := rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+		if n++; n <= 10 {
+			t.Errorf("after the kills: %s", d)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -365,6 +365,7 @@ type RecordsReport struct {
 	Events      uint64 // audit events read
 	Executions  int    // execution records checked
 	Intents     int    // intents checked
+	Keys        int    // idempotency keys checked
 	Discrepancy int    // discrepancies reported
 }
 
@@ -497,6 +498,10 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 		}
 	}
 
+	if err := verifyIdempotency(ctx, store, rep, emit); err != nil {
+		return rep, err
+	}
+
 	// Intents: the stored ones against their events, then events of
 	// intents that are not stored.
 	all, err := ReadIntents(ctx, store, IntentFilter{})
@@ -600,4 +605,96 @@ func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, 
 // audit log (see the package function [VerifyRecords]).
 func (r *Runtime) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
 	return VerifyRecords(ctx, r.store, report)
+}
+
+// verifyIdempotency checks every settled idempotency key against the audit
+// events of the attempts whose result a replay returns: each must carry the
+// key, its principal, tool and call. A key pointed at another call's
+// attempts would replay someone else's result. Keys are read a chunk at a
+// time, with one pass over the log per chunk.
+func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport, emit func([]Discrepancy) error) error {
+	type want struct {
+		scope string
+		rec   idemRecord
+	}
+	after := ""
+	for {
+		page, err := store.StatePage(ctx, nsIdem, after, unmatchedChunk)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].Key
+		byExec := map[string][]*want{} // execution id -> the keys naming it
+		var keys []*want
+		for _, e := range page {
+			rep.Keys++
+			w := &want{scope: e.Key}
+			if err := json.Unmarshal(e.Value, &w.rec); err != nil {
+				if err := emit([]Discrepancy{{Kind: "idempotency key", ID: e.Key, Field: "record", Detail: "the stored key does not decode: " + err.Error()}}); err != nil {
+					return err
+				}
+				continue
+			}
+			if w.rec.State != idemDone {
+				continue // running: its call's records are checked as executions
+			}
+			if idemScope(w.rec.Principal, w.rec.Tool, w.rec.Key) != e.Key {
+				if err := emit([]Discrepancy{{Kind: "idempotency key", ID: w.rec.Key, Field: "scope",
+					Detail: fmt.Sprintf("the key of %q for %s is stored under another principal's or tool's entry", w.rec.Principal, w.rec.Tool)}}); err != nil {
+					return err
+				}
+				continue
+			}
+			keys = append(keys, w)
+			for _, id := range w.rec.ExecutionIDs {
+				byExec[id] = append(byExec[id], w)
+			}
+		}
+		seen := map[*want]map[string]bool{}
+		bad := map[*want]string{}
+		for from := uint64(1); len(byExec) > 0; {
+			entries, err := store.AuditLog(ctx, from, verifyPage)
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				break
+			}
+			for _, e := range entries {
+				var ev audit.Event
+				if json.Unmarshal(e.Event, &ev) != nil || ev.Intent != nil {
+					continue
+				}
+				for _, w := range byExec[ev.ExecutionID] {
+					if seen[w] == nil {
+						seen[w] = map[string]bool{}
+					}
+					seen[w][ev.ExecutionID] = true
+					switch {
+					case ev.IdempotencyKey != w.rec.Key:
+						bad[w] = fmt.Sprintf("execution %s was not made with this key", ev.ExecutionID)
+					case ev.UserID != w.rec.Principal || ev.ToolID != w.rec.Tool:
+						bad[w] = fmt.Sprintf("execution %s was made by %q with %s, the key is %q's for %s", ev.ExecutionID, ev.UserID, ev.ToolID, w.rec.Principal, w.rec.Tool)
+					case ev.CallID != w.rec.CallID:
+						bad[w] = fmt.Sprintf("execution %s belongs to call %s, the key to call %s", ev.ExecutionID, ev.CallID, w.rec.CallID)
+					}
+				}
+			}
+			from = entries[len(entries)-1].Seq + 1
+		}
+		for _, w := range keys {
+			detail, ok := bad[w]
+			if !ok && len(seen[w]) != len(w.rec.ExecutionIDs) {
+				detail, ok = "a replay would return attempts that have no audit events", true
+			}
+			if ok {
+				if err := emit([]Discrepancy{{Kind: "idempotency key", ID: w.rec.Key, Field: "executions", Detail: detail}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
 }

@@ -373,3 +373,47 @@ func TestIntent_ForgedApprovalRefused(t *testing.T) {
 		})
 	}
 }
+
+// An idempotency key is proven by the events of the attempts a replay
+// returns: a key pointed, in the database file, at another call's attempt
+// (so that a replay would hand out someone else's result) is reported.
+func TestVerifyRecords_IdempotencyKeyRedirected(t *testing.T) {
+	ctx := context.Background()
+	rt, path := openRuntime(t, nil, echo("test.echo"))
+	keyed := invoke("test.echo", `{"msg":"mine"}`)
+	keyed.IdempotencyKey = "k1"
+	first, err := rt.Execute(ctx, keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := rt.Execute(ctx, keyed); err != nil || !res.Replayed {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	other, err := rt.Execute(ctx, invoke("test.echo", `{"msg":"someone else's"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(ctx)
+	if ds := discrepancies(t, path); len(ds) != 0 {
+		t.Fatalf("an untouched database: %v", ds)
+	}
+	tamper(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("state")).Bucket([]byte("toolgate.idempotency"))
+		return b.ForEach(func(k, v []byte) error {
+			var rec map[string]any
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			ids, _ := rec["executionIds"].([]any)
+			if len(ids) != 1 || ids[0] != first.ExecutionID {
+				t.Fatalf("the key's record: %s", v)
+			}
+			rec["executionIds"] = []string{other.ExecutionID}
+			nv, _ := json.Marshal(rec)
+			return b.Put(k, nv)
+		})
+	})
+	if ds := discrepancies(t, path); !hasDiscrepancy(ds, "idempotency key", "k1", "executions") {
+		t.Fatalf("a redirected key is not reported: %v", ds)
+	}
+}

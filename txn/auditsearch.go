@@ -145,3 +145,31 @@ func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key strin
 		return nil
 	})
 }
+
+// StatePage returns up to n committed entries of namespace whose keys sort
+// after the key after ("" for the first), in key order: a namespace read a
+// page at a time, in bounded memory.
+func (s *Store) StatePage(ctx context.Context, namespace, after string, n int) ([]Entry, error) {
+	if err := validateNamespace(namespace); err != nil {
+		return nil, err
+	}
+	var out []Entry
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketState).Bucket([]byte(namespace))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		k, v := c.First()
+		if after != "" {
+			if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && len(out) < n; k, v = c.Next() {
+			out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
+		}
+		return nil
+	})
+	return out, err
+}
