@@ -115,16 +115,17 @@ func TestFS_SymlinkSwappedDuringCall(t *testing.T) {
 // swapRace runs op in a loop while another goroutine swaps the entry name
 // (a file or directory in dir) with a symbolic link to target (a sibling in
 // dir) as fast as it can: rename-exchange (renameat2 RENAME_EXCHANGE) where
-// the file system has it, else moving name aside, putting the link in its
-// place and moving it back. op reports whether it reached the sibling;
+// the file system has it, else renaming a link over the file and the file
+// back (a directory: moving it aside, putting the link in its place and
+// moving it back). op reports whether it reached the sibling;
 // that fails the test at once. The loop runs until op has been refused
-// (the swapped-in link met, ErrAccessDenied) and at least minOps times;
+// (the swapped-in link met, ErrAccessDenied) and at least 2000 times
+// (10000 without rename-exchange);
 // bounded: a machine too busy to schedule the swapper fails the test,
 // loudly. repair, when set, runs in the swapper between swaps: op may
 // replace name (a staged write renames over it).
 func swapRace(t *testing.T, dir, name, target string, repair func(), op func(i int) (leaked string, err error)) {
 	t.Helper()
-	const minOps = 2000
 	entry, link := filepath.Join(dir, name), filepath.Join(dir, "swap")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -133,10 +134,19 @@ func swapRace(t *testing.T, dir, name, target string, repair func(), op func(i i
 		return unix.Renameat2(unix.AT_FDCWD, entry, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
 	}
 	useExchange := exchange() == nil && exchange() == nil
+	minOps := 2000
 	if !useExchange {
-		t.Logf("rename-exchange unavailable here: swapping by moving %s aside", name)
+		minOps = 10000 // the swap is slower, and the link there for less of the time
+		t.Logf("rename-exchange unavailable here: swapping by renames")
 	}
-	aside := filepath.Join(dir, "aside")
+	aside, tmpLink, tmpFile := filepath.Join(dir, "aside"), filepath.Join(dir, "tmplink"), filepath.Join(dir, "tmpfile")
+	fi, err := os.Lstat(entry)
+	isFile := err == nil && fi.Mode().IsRegular()
+	if isFile && !useExchange {
+		if err := os.Link(entry, aside); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	stop := make(chan struct{})
 	var swapper sync.WaitGroup
@@ -148,9 +158,15 @@ func swapRace(t *testing.T, dir, name, target string, repair func(), op func(i i
 				return
 			default:
 			}
-			if useExchange {
+			switch {
+			case useExchange:
 				exchange()
-			} else if os.Rename(entry, aside) == nil {
+			case isFile: // a link renamed over the file, then the file (a hard link kept aside) renamed back
+				os.Symlink(target, tmpLink)
+				os.Rename(tmpLink, entry)
+				os.Link(aside, tmpFile)
+				os.Rename(tmpFile, entry)
+			case os.Rename(entry, aside) == nil: // a directory: nothing can be renamed over it
 				os.Symlink(target, entry)
 				os.Remove(entry)
 				os.Rename(aside, entry)
