@@ -14,6 +14,13 @@ import (
 type Capability struct {
 	Name  string // dotted lowercase name, e.g. "filesystem.read"
 	Scope string // optional; "" means unscoped
+	// Place is where a filesystem grant's scope led when the grant was made
+	// (see [Resolve]), set only when its symbolic links lead elsewhere than
+	// the scope as written; "" means the scope is its own place. Requests
+	// are still named by the scope (or the place); the tools' handles open
+	// the place, following no link in it. It is not part of String, so it
+	// is not parsed, stored or compared by Covers.
+	Place string
 }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
@@ -151,7 +158,7 @@ func (d Decision) Effective() []Capability {
 	}
 	for _, req := range d.Required {
 		if req.Scope != "" {
-			add(req)
+			add(narrowed(req, d.Granted))
 			continue
 		}
 		for _, g := range d.Granted {
@@ -161,6 +168,20 @@ func (d Decision) Effective() []Capability {
 		}
 	}
 	return out
+}
+
+// narrowed is req with the place of the longest grant covering it.
+func narrowed(req Capability, granted []Capability) Capability {
+	var best *Capability
+	for i, g := range granted {
+		if g.Covers(req) && g.Scope != "" && (best == nil || len(g.Scope) > len(best.Scope)) {
+			best = &granted[i]
+		}
+	}
+	if best == nil {
+		return req
+	}
+	return narrow(req, *best)
 }
 
 // Authorize decides whether grants meet every requirement. It denies by

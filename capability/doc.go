@@ -26,6 +26,18 @@
 // Nothing is granted unless it is listed: [Authorize] denies by default and
 // names what is missing.
 //
+// # Places
+//
+// A filesystem grant names a place. Matching is on the scope as written,
+// but the symbolic links in an absolute scope are followed once, when the
+// grant is made, and where they lead is kept in [Capability.Place] (see
+// [Resolve]): a [Policy] resolves its grants when it is built, and
+// [Policy.Decide] the grants given for that decision. The tools' handles
+// open the place and follow no link in it afterwards, so retargeting the
+// granted link, or swapping a link in for the place, does not move a grant
+// already made. A relative scope is not resolved: the handle joins it to
+// its working directory, and that whole path must hold no link.
+//
 // # Policies
 //
 // A [Policy] grants capabilities to principals. It comes from a Go value

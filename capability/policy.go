@@ -35,7 +35,9 @@ type Policy struct {
 
 // NewPolicy builds a policy from a Go value: each principal and the
 // capabilities it holds. The map is copied. Principal names must be
-// non-empty and free of whitespace and control characters.
+// non-empty and free of whitespace and control characters. Filesystem
+// grants with absolute scopes are resolved now (see [Resolve]): a grant
+// names the place its path leads to when the policy is built.
 func NewPolicy(grants map[string][]Capability) (*Policy, error) {
 	p := &Policy{grants: make(map[string][]Capability, len(grants))}
 	for _, name := range slices.Sorted(maps.Keys(grants)) {
@@ -43,10 +45,11 @@ func NewPolicy(grants map[string][]Capability) (*Policy, error) {
 			return nil, err
 		}
 		gs := slices.Clone(grants[name])
-		for _, g := range gs {
+		for i, g := range gs {
 			if _, err := Parse(g.String()); err != nil {
 				return nil, fmt.Errorf("%w: principal %q: %v", ErrPolicy, name, err)
 			}
+			gs[i] = Resolve(g)
 		}
 		slices.SortFunc(gs, func(a, b Capability) int { return strings.Compare(a.String(), b.String()) })
 		p.grants[name] = slices.Compact(gs)
@@ -156,7 +159,9 @@ func LoadPolicy(path string) (*Policy, error) {
 // Revision identifies the policy's content: "sha256:" and the hex SHA-256
 // of its canonical form (principals and their grants, sorted), so the same
 // grants have the same revision whether they came from a file or a Go
-// value, and any change to them changes it.
+// value, and any change to them changes it. A grant resolved to a place
+// other than its scope (see [Resolve]) counts with its place, so the same
+// file naming other places has another revision.
 func (p *Policy) Revision() string { return p.revision }
 
 // Err returns why a deny-all policy denies everything, or nil.
@@ -170,7 +175,8 @@ func (p *Policy) Grants(principal string) []Capability { return slices.Clone(p.g
 
 // Decide authorizes principal to run tool: every requirement must be
 // covered by a grant of the policy or by one of extra (grants given for
-// this decision only, such as the CLI's --allow). The decision carries a
+// this decision only, such as the CLI's --allow; they are made now, so
+// their places are resolved now, see [Resolve]). The decision carries a
 // new id, the policy's revision and the time. A deny-all policy denies
 // everything, even a tool that requires nothing.
 func (p *Policy) Decide(principal, tool string, required, extra []Capability, at time.Time) Decision {
@@ -179,7 +185,7 @@ func (p *Policy) Decide(principal, tool string, required, extra []Capability, at
 		d = Decision{Principal: principal, Tool: tool, Required: slices.Clone(required), Missing: slices.Clone(required), At: at}
 		d.Reason = "policy unavailable: " + strings.TrimPrefix(p.err.Error(), "capability: ")
 	} else {
-		d = Authorize(principal, tool, required, slices.Concat(p.grants[principal], extra), at)
+		d = Authorize(principal, tool, required, slices.Concat(p.grants[principal], ResolveAll(extra)), at)
 	}
 	d.ID = uuid.New()
 	d.PolicyRevision = p.revision
@@ -190,6 +196,11 @@ func (p *Policy) computeRevision() string {
 	canon := make(map[string][]string, len(p.grants))
 	for name, gs := range p.grants {
 		canon[name] = Strings(gs) // already sorted and compacted
+		for i, g := range gs {
+			if g.Place != "" {
+				canon[name][i] += " => " + g.Place
+			}
+		}
 	}
 	b, _ := json.Marshal(canon) // map keys are sorted by encoding/json; strings cannot fail
 	sum := sha256.Sum256(b)

@@ -42,12 +42,34 @@
 // of every value, which is what lets every error name its line. JSON is
 // valid YAML, so a .json registry file loads too.
 //
+// # Filesystem grants
+//
+// [Env.FS] reaches only what the filesystem grants of its capability name
+// cover. A grant names a place: the symbolic links in its path are followed
+// once, when the grant is made (capability.Resolve: a policy resolves its
+// grants when it is built, a grant given for one call when the call is
+// decided), and `toolgate policy check` shows where each leads. A request is
+// matched against the grant as written (or against its place), and the
+// handle opens the place once per attempt following no link in its path: a
+// link found there later, for the granted file or directory or a directory
+// above it, is an [*AccessError], never followed. A grant that was never
+// resolved (an Env built by hand) is its own place, so a link in it is
+// refused, for a directory as for a file.
+//
+// Below a granted directory, paths are opened through an os.Root at it,
+// which follows a link only while it stays inside. A granted file is opened
+// by its name with O_NOFOLLOW and read, written or listed through that one
+// descriptor, so a file swapped for a link between a check and the open
+// leads nowhere else. A staged write creates its file next to the target
+// (O_EXCL) and renames it over the target's name, which replaces a link
+// swapped in there rather than following it.
+//
 // # Trust
 //
 // In-process Go tools are trusted code: the [Env] handles confine what a
-// well-behaved tool reaches (a filesystem rooted with os.Root at the granted
-// paths), but Go cannot stop a tool from calling os.Open itself. Isolation
-// from a hostile tool needs a separate process.
+// well-behaved tool reaches (the granted places, as above), but Go cannot
+// stop a tool from calling os.Open itself. Isolation from a hostile tool
+// needs a separate process.
 //
 // # Concurrency
 //

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/toolgate/toolgate/capability"
 )
@@ -53,13 +54,24 @@ type Env struct {
 	OnProcess func(*ProcessResult)
 
 	mu     sync.Mutex
-	roots  map[string]*os.Root
+	places map[string]*place
 	closed bool
 }
 
 // FS returns the filesystem handle for capability name (such as
-// "filesystem.read"): it opens only paths at or below a granted scope of that
-// name, through os.Root, so neither ".." nor a symbolic link leads out of it.
+// "filesystem.read"): it opens only paths at or below a granted scope of
+// that name, so neither ".." nor a symbolic link leads out of it.
+//
+// Each grant names a place: its scope, or the Place its symbolic links led
+// to when the grant was made (capability.Resolve; a policy resolves its
+// grants when it is built). The handle opens the place once per attempt,
+// following no link in its path: a link found there (swapped in since the
+// grant was made, or in a grant that was never resolved) is an
+// *AccessError. Below a granted directory, paths are opened through an
+// os.Root at it, which follows a link only while it stays inside; a granted
+// file is opened by its name with O_NOFOLLOW, and read or written through
+// that one descriptor, so a swap between a check and the open leads
+// nowhere else.
 func (e *Env) FS(name string) *FS { return &FS{env: e, capName: name} }
 
 // Close releases the handles the attempt opened. Operations on them fail
@@ -69,31 +81,32 @@ func (e *Env) Close() error {
 	defer e.mu.Unlock()
 	e.closed = true
 	var errs []error
-	for _, r := range e.roots {
-		errs = append(errs, r.Close())
+	for _, p := range e.places {
+		errs = append(errs, p.close())
 	}
-	e.roots = nil
+	e.places = nil
 	return errors.Join(errs...)
 }
 
-func (e *Env) root(dir string) (*os.Root, error) {
+// place returns the place at path, opened at its first use in the attempt.
+func (e *Env) place(capName, path string) (*place, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return nil, errors.New("tools: environment closed: the attempt has ended")
 	}
-	if r, ok := e.roots[dir]; ok {
-		return r, nil
+	if p, ok := e.places[path]; ok {
+		return p, nil
 	}
-	r, err := os.OpenRoot(dir)
+	p, err := openPlace(capName, path)
 	if err != nil {
 		return nil, err
 	}
-	if e.roots == nil {
-		e.roots = make(map[string]*os.Root)
+	if e.places == nil {
+		e.places = make(map[string]*place)
 	}
-	e.roots[dir] = r
-	return r, nil
+	e.places[path] = p
+	return p, nil
 }
 
 // FS is a filesystem handle confined to the scopes granted for one
@@ -106,11 +119,11 @@ type FS struct {
 // Open opens name for reading. A path outside every granted scope is an
 // *AccessError.
 func (f *FS) Open(name string) (*os.File, error) {
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return nil, err
 	}
-	file, err := r.Open(rel)
+	file, err := p.openFile(f.capName, rel, os.O_RDONLY, 0)
 	return file, f.translate(name, err)
 }
 
@@ -130,71 +143,68 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	return es, nil
 }
 
-// Stat describes name without following a final symbolic link out of the root.
+// Stat describes name, following a symbolic link below a granted
+// directory only while it stays inside; a granted file that is a link is
+// an *AccessError.
 func (f *FS) Stat(name string) (fs.FileInfo, error) {
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := r.Stat(rel)
+	fi, err := p.stat(f.capName, rel)
 	return fi, f.translate(name, err)
 }
 
-// resolve finds the longest granted scope covering name and returns its
-// root and the path relative to it.
-func (f *FS) resolve(name string) (*os.Root, string, error) {
+// resolve finds the longest granted scope (or place) covering name, and
+// returns its place, opened, and the path of name below it.
+func (f *FS) resolve(name string) (*place, string, error) {
 	abs, err := f.abs(name)
 	if err != nil {
 		return nil, "", err
 	}
-	scopes, all := capability.Scopes(f.env.Grants, f.capName)
-	if all {
-		scopes = append(scopes, string(filepath.Separator))
+	var prefix, at string
+	found := false
+	consider := func(scope, place string) {
+		if capability.ScopeCovers(scope, abs) && (!found || len(scope) > len(prefix)) {
+			prefix, at, found = scope, place, true
+		}
 	}
-	best := ""
-	for _, s := range scopes {
-		s, err := f.abs(s)
+	sep := string(filepath.Separator)
+	for _, g := range f.env.Grants {
+		if g.Name != f.capName {
+			continue
+		}
+		if g.Scope == "" {
+			consider(sep, sep)
+			continue
+		}
+		s, err := f.abs(g.Scope)
 		if err != nil {
 			continue
 		}
-		if capability.ScopeCovers(s, abs) && len(s) > len(best) {
-			best = s
+		if g.Place == "" {
+			consider(s, s)
+			continue
 		}
+		pl := filepath.Clean(g.Place)
+		consider(s, pl)  // named as granted
+		consider(pl, pl) // or by where it leads
 	}
-	if best == "" {
+	if !found {
 		return nil, "", &AccessError{Capability: f.capName + ":" + abs, Reason: "outside the granted scopes"}
 	}
-	r, err := f.env.root(best)
-	if err != nil {
-		if fi, serr := os.Stat(best); serr == nil && !fi.IsDir() && best == abs {
-			return f.resolveFile(best)
-		}
-		return nil, "", err
-	}
-	rel, err := filepath.Rel(best, abs)
+	p, err := f.env.place(f.capName, at)
 	if err != nil {
 		return nil, "", err
 	}
-	return r, rel, nil
-}
-
-// resolveFile resolves a scope that names a file, which grants that file
-// alone: it is reached through a root at its directory, and refused if it
-// is a symbolic link, which would lead elsewhere.
-func (f *FS) resolveFile(file string) (*os.Root, string, error) {
-	r, err := f.env.root(filepath.Dir(file))
+	rel, err := filepath.Rel(prefix, abs)
 	if err != nil {
 		return nil, "", err
 	}
-	rel := filepath.Base(file)
-	fi, err := r.Lstat(rel)
-	if err != nil {
-		return nil, "", f.translate(file, err)
+	if p.file != "" && rel != "." {
+		return nil, "", fmt.Errorf("tools: %s: %w (the grant names the file %s)", name, syscall.ENOTDIR, p.path)
 	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		return nil, "", &AccessError{Capability: f.capName + ":" + file, Reason: "the granted file is a symbolic link"}
-	}
-	return r, rel, nil
+	return p, rel, nil
 }
 
 func (f *FS) abs(p string) (string, error) {

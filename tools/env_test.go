@@ -332,3 +332,101 @@ func TestFS_Open_concurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A grant names a place. Its symbolic links are followed once, when the
+// grant is made (capability.Resolve: a policy is built, a per-call grant
+// decided), and the handle then reaches that place by its link-free path,
+// following no link in it: a link later swapped in for the place (or a
+// directory above it) is refused, and retargeting the granted link changes
+// nothing for a grant already made. A grant never resolved is its own
+// place: a link in it is refused, for a directory as for a file.
+func TestFS_GrantIsSymlink(t *testing.T) {
+	base := t.TempDir()
+	for p, content := range map[string]string{"real/f.txt": "real", "other/f.txt": "other", "t.txt": "target", "o.txt": "o"} {
+		p = filepath.Join(base, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(p string) string { return filepath.Join(base, p) }
+	symlink := func(target, name string) {
+		t.Helper()
+		os.Remove(at(name))
+		if err := os.Symlink(target, at(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	symlink("real", "dlink")  // a granted directory that is a link
+	symlink("t.txt", "flink") // a granted file that is a link
+	symlink(".", "alias")     // a link above the granted directory
+	read := func(g capability.Capability, p string) (string, error) {
+		env := &tools.Env{Grants: []capability.Capability{g}, WorkDir: base}
+		defer env.Close()
+		f, err := env.FS("filesystem.read").Open(p)
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		return string(b), err
+	}
+	grant := func(scope string) capability.Capability {
+		return capability.Capability{Name: "filesystem.read", Scope: at(scope)}
+	}
+	check := func(name string, g capability.Capability, p, want string) {
+		t.Helper()
+		got, err := read(g, at(p))
+		switch {
+		case want == "" && !errors.Is(err, tools.ErrAccessDenied):
+			t.Errorf("%s: Open(%s) = %q, %v; want an access error", name, p, got, err)
+		case want != "" && (err != nil || got != want):
+			t.Errorf("%s: Open(%s) = %q, %v; want %q", name, p, got, err, want)
+		}
+	}
+
+	// Never resolved: the scope is the place, and a link in it is refused.
+	check("unresolved directory link", grant("dlink"), "dlink/f.txt", "")
+	check("unresolved file link", grant("flink"), "flink", "")
+	check("unresolved, link above", grant("alias/real"), "alias/real/f.txt", "")
+	check("unresolved, the target is not granted", grant("dlink"), "real/f.txt", "")
+
+	// Resolved when made: the place is where the links led, named either way.
+	dir, file, above := capability.Resolve(grant("dlink")), capability.Resolve(grant("flink")), capability.Resolve(grant("alias/real"))
+	if dir.Place != at("real") || file.Place != at("t.txt") || above.Place != at("real") {
+		t.Fatalf("Resolve: places %q, %q, %q", dir.Place, file.Place, above.Place)
+	}
+	check("resolved directory link", dir, "dlink/f.txt", "real")
+	check("resolved directory link, by its place", dir, "real/f.txt", "real")
+	check("resolved file link", file, "flink", "target")
+	check("resolved file link, by its place", file, "t.txt", "target")
+	check("resolved file link, a neighbour", file, "o.txt", "")
+	check("resolved, link above", above, "alias/real/f.txt", "real")
+
+	// Retargeting the granted links does not move a grant already made.
+	symlink("other", "dlink")
+	symlink("o.txt", "flink")
+	check("retargeted directory link", dir, "dlink/f.txt", "real")
+	check("retargeted file link", file, "flink", "target")
+	if got, err := read(capability.Resolve(grant("dlink")), at("dlink/f.txt")); err != nil || got != "other" {
+		t.Errorf("a grant made after the retarget: %q, %v; want other", got, err)
+	}
+
+	// A link swapped in for the place itself is refused, not followed.
+	if err := os.Rename(at("real"), at("real.old")); err != nil {
+		t.Fatal(err)
+	}
+	symlink("other", "real")
+	if err := os.Rename(at("t.txt"), at("t.old")); err != nil {
+		t.Fatal(err)
+	}
+	symlink("o.txt", "t.txt")
+	check("place swapped for a link", dir, "dlink/f.txt", "")
+	check("file place swapped for a link", file, "flink", "")
+	_, err := read(dir, at("dlink/f.txt"))
+	if ae := wantAccessError(t, err); !strings.Contains(ae.Reason, "symbolic link") {
+		t.Errorf("Reason = %q; want it to say a symbolic link is in the way", ae.Reason)
+	}
+}

@@ -46,10 +46,14 @@ func (f *FS) WriteStaged(name string, data []byte, perm fs.FileMode) (created bo
 	if max := f.env.Limits.MaxFileSize; max > 0 && int64(len(data)) > max {
 		return false, &LimitError{Limit: "file_size_limit", Max: max, Got: int64(len(data))}
 	}
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return false, err
 	}
+	// The staged file is created next to the target with O_EXCL (never
+	// through a link), and renamed over the target's name at the commit:
+	// a rename replaces a link swapped in there, it does not follow it.
+	r, rel := p.within(rel)
 	if rel == "." || strings.HasPrefix(filepath.Base(rel), StagePrefix) {
 		return false, fmt.Errorf("tools: %s: not a file name that can be written", name)
 	}

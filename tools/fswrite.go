@@ -22,11 +22,11 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		return nil, &AccessError{Capability: "filesystem.write:" + name,
 			Reason: "opening for writing needs a filesystem.write handle; this one is " + f.capName}
 	}
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return nil, err
 	}
-	file, err := r.OpenFile(rel, flag, perm)
+	file, err := p.openFile(f.capName, rel, flag, perm)
 	if err != nil {
 		return nil, f.translate(name, err)
 	}
@@ -55,10 +55,11 @@ func (f *FS) Remove(name string) error {
 	if f.capName != "filesystem.write" {
 		return &AccessError{Capability: "filesystem.write:" + name, Reason: "removing needs a filesystem.write handle"}
 	}
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return err
 	}
+	r, rel := p.within(rel) // unlinkat: a link is removed, never followed
 	return f.translate(name, r.Remove(rel))
 }
 
@@ -67,10 +68,11 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	if f.capName != "filesystem.write" {
 		return &AccessError{Capability: "filesystem.write:" + name, Reason: "creating a directory needs a filesystem.write handle"}
 	}
-	r, rel, err := f.resolve(name)
+	p, rel, err := f.resolve(name)
 	if err != nil {
 		return err
 	}
+	r, rel := p.within(rel)
 	return f.translate(name, r.Mkdir(rel, perm))
 }
 

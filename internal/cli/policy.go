@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +27,12 @@ A policy file is JSON:
     }
   }
 
-A policy that cannot be read or is invalid denies everything, and says why.`
+A policy that cannot be read or is invalid denies everything, and says why.
+
+A filesystem grant names a place: its symbolic links are followed once, when
+the grant is made (the policy is loaded, or --allow is given), and the tool is
+held to where they led, following no link in it afterwards. "policy check"
+shows where each grant it would use leads.`
 
 // policy loads the policy named by --policy or $TOOLGATE_POLICY: nil when
 // neither is set; a deny-all policy and the error when it cannot be read.
@@ -49,19 +57,60 @@ func newPolicyCmd(g *globals, stdio Stdio) *cobra.Command {
 	return cmd
 }
 
+// placeView is where a filesystem capability the handles would expose
+// leads, resolved now (see capability.Resolve).
+type placeView struct {
+	Capability string `json:"capability"` // as granted, e.g. "filesystem.read:/srv/link"
+	Place      string `json:"place"`      // the absolute, link-free path the handle opens
+	Kind       string `json:"kind"`       // what is there now: directory, file, missing, symlink (refused), other
+}
+
+// placesOf describes the places of the filesystem capabilities in cs.
+func placesOf(cs []capability.Capability) []placeView {
+	out := []placeView{}
+	for _, c := range cs {
+		if !c.IsFilesystem() {
+			continue
+		}
+		p := c.PlaceOf()
+		if p == "" {
+			p = "/" // an unscoped grant: anything, from the root
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		kind := "other"
+		switch fi, err := os.Lstat(p); {
+		case errors.Is(err, fs.ErrNotExist):
+			kind = "missing"
+		case err != nil:
+			kind = "unreadable: " + err.Error()
+		case fi.Mode()&fs.ModeSymlink != 0:
+			kind = "symlink (refused: it changed since it was resolved)"
+		case fi.IsDir():
+			kind = "directory"
+		case fi.Mode().IsRegular():
+			kind = "file"
+		}
+		out = append(out, placeView{Capability: c.String(), Place: p, Kind: kind})
+	}
+	return out
+}
+
 // decisionView is the JSON form of an explained decision.
 type decisionView struct {
-	Allowed        bool      `json:"allowed"`
-	DecisionID     string    `json:"decisionId"`
-	Principal      string    `json:"principal"`
-	Tool           string    `json:"tool"`
-	Required       []string  `json:"required"`
-	Granted        []string  `json:"granted"`
-	Missing        []string  `json:"missing"`
-	Effective      []string  `json:"effective"`
-	PolicyRevision string    `json:"policyRevision"`
-	Reason         string    `json:"reason,omitempty"`
-	At             time.Time `json:"at"`
+	Allowed        bool        `json:"allowed"`
+	DecisionID     string      `json:"decisionId"`
+	Principal      string      `json:"principal"`
+	Tool           string      `json:"tool"`
+	Required       []string    `json:"required"`
+	Granted        []string    `json:"granted"`
+	Missing        []string    `json:"missing"`
+	Effective      []string    `json:"effective"`
+	Places         []placeView `json:"places"`
+	PolicyRevision string      `json:"policyRevision"`
+	Reason         string      `json:"reason,omitempty"`
+	At             time.Time   `json:"at"`
 }
 
 func newPolicyCheckCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -103,10 +152,11 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 				Allowed: d.Allowed(), DecisionID: d.ID, Principal: d.Principal, Tool: d.Tool,
 				Required: capability.Strings(d.Required), Granted: capability.Strings(d.Granted),
 				Missing: capability.Strings(d.Missing), PolicyRevision: d.PolicyRevision, Reason: d.Reason, At: d.At,
-				Effective: []string{},
+				Effective: []string{}, Places: []placeView{},
 			}
 			if d.Allowed() {
 				v.Effective = capability.Strings(d.Effective())
+				v.Places = placesOf(d.Effective())
 			}
 			if g.json {
 				if err := encodeJSON(stdio, v); err != nil {
@@ -164,6 +214,9 @@ func printDecision(stdio Stdio, v decisionView, held, extra []capability.Capabil
 			eff = "nothing"
 		}
 		fmt.Fprintf(w, "handles expose\t%s\n", eff)
+		for _, p := range v.Places {
+			fmt.Fprintf(w, "place\t%s -> %s (%s)\n", p.Capability, p.Place, p.Kind)
+		}
 	}
 	w.Flush()
 	if !v.Allowed && len(v.Missing) > 0 && v.Reason == "" {
@@ -204,7 +257,15 @@ func newPolicyShowCmd(g *globals, stdio Stdio) *cobra.Command {
 			w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "revision\t%s\n", policy.Revision())
 			for _, p := range policy.Principals() {
-				fmt.Fprintf(w, "%s\t%s\n", p, strings.Join(capability.Strings(policy.Grants(p)), ", "))
+				var gs []string
+				for _, g := range policy.Grants(p) {
+					s := g.String()
+					if g.Place != "" {
+						s += " (leads to " + g.Place + ")"
+					}
+					gs = append(gs, s)
+				}
+				fmt.Fprintf(w, "%s\t%s\n", p, strings.Join(gs, ", "))
 			}
 			return w.Flush()
 		},

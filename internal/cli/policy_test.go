@@ -101,3 +101,34 @@ func TestPolicyShow(t *testing.T) {
 		t.Fatalf("no policy: code %d", r.code)
 	}
 }
+
+// A filesystem grant names a place: its symbolic links are followed when
+// the grant is made, and policy check shows where each grant the tool's
+// handles would expose leads, from the policy as from --allow; run reaches
+// the same place.
+func TestPolicyCheck_ShowsResolvedGrant(t *testing.T) {
+	dir := workdir(t)
+	real := filepath.Join(dir, "sub")
+	must(t, os.WriteFile(filepath.Join(real, "in.txt"), []byte("inside\n"), 0o600))
+	must(t, os.Symlink("sub", filepath.Join(dir, "link")))
+	link := filepath.Join(dir, "link")
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version": 1, "principals": {"alice": ["filesystem.read:`+link+`"]}}`), 0o600))
+
+	r := toolgate(t, "", "policy", "check", "--policy", policy, "--principal", "alice", "file.read")
+	if want := "filesystem.read:" + link + " -> " + real + " (directory)"; r.code != ExitCompleted || !strings.Contains(r.stdout, want) {
+		t.Fatalf("code %d; want %q in\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	r = toolgate(t, "", "policy", "check", "--principal", "bob", "--allow", "filesystem.read:link", "file.read", "--json")
+	var v decisionView
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != ExitCompleted || len(v.Places) != 1 ||
+		v.Places[0] != (placeView{Capability: "filesystem.read:" + link, Place: real, Kind: "directory"}) {
+		t.Fatalf("--allow: code %d, %+v, %v\n%s", r.code, v, err, r.stderr)
+	}
+	if r := toolgate(t, "", "policy", "show", "--policy", policy); !strings.Contains(r.stdout, "leads to "+real) {
+		t.Errorf("policy show does not say where the grant leads:\n%s", r.stdout)
+	}
+	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "alice", "file.read", "--input", `{"path":"link/in.txt"}`); r.code != ExitCompleted || !strings.Contains(r.stdout, "inside") {
+		t.Fatalf("run through the resolved grant: code %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

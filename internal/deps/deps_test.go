@@ -26,7 +26,7 @@ const module = "github.com/toolgate/toolgate"
 var policy = map[string][]string{
 	"lifecycle":                {"github.com/looplab/fsm"},
 	"capability":               {"internal/uuid"},
-	"tools":                    {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3"},
+	"tools":                    {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3", "golang.org/x/sys/unix"},
 	"txn":                      {"go.etcd.io/bbolt"},
 	"audit":                    {},
 	"runtime":                  {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
