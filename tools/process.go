@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/proc"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrProcess is wrapped by every *ProcessError.
@@ -253,22 +256,43 @@ func (e *Env) processDir(dir string) (string, func(), error) {
 		return "", nil, err
 	}
 	for _, name := range []string{"filesystem.read", "filesystem.write"} {
-		scopes, all := capability.Scopes(e.Grants, name)
-		if all {
-			return abs, func() {}, nil
-		}
-		for _, s := range scopes {
-			if s, err := fsys.abs(s); err == nil && capability.ScopeCovers(s, abs) {
-				// The scope covers the name; make sure no symbolic link in it
-				// leads out of the scope.
-				real, err := filepath.EvalSymlinks(abs)
-				if err != nil {
-					return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
-				}
-				if rs, err := filepath.EvalSymlinks(s); err == nil && capability.ScopeCovers(rs, real) {
-					return real, func() {}, nil
-				}
+		for _, g := range e.Grants {
+			if g.Name != name {
+				continue
 			}
+			if g.Scope == "" {
+				return abs, func() {}, nil
+			}
+			s, err := fsys.abs(g.Scope)
+			if err != nil || !capability.ScopeCovers(s, abs) {
+				continue
+			}
+			// The grant names a place (its links were resolved once, when
+			// it was made): the directory is looked up below that place,
+			// its own links followed only while they stay inside, and then
+			// pinned: the process changes into the very directory that was
+			// checked, through its descriptor, so a link swapped in
+			// meanwhile cannot move it elsewhere.
+			place := g.PlaceOf()
+			if !filepath.IsAbs(place) {
+				place = s
+			}
+			rel, err := filepath.Rel(s, abs)
+			if err != nil {
+				continue
+			}
+			real, err := filepath.EvalSymlinks(filepath.Join(place, rel))
+			if err != nil {
+				return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
+			}
+			if !capability.ScopeCovers(place, real) {
+				continue
+			}
+			fd, err := openNoLinks(real, unix.O_PATH|unix.O_DIRECTORY)
+			if err != nil {
+				return "", nil, &AccessError{Capability: name + ":" + abs, Reason: "the working directory changed while it was checked: " + err.Error()}
+			}
+			return "/proc/self/fd/" + strconv.Itoa(fd), func() { unix.Close(fd) }, nil
 		}
 	}
 	return "", nil, &AccessError{Capability: "filesystem.read:" + abs, Reason: "the working directory is outside the granted scopes"}
