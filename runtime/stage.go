@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/toolgate/toolgate/tools"
@@ -36,6 +37,35 @@ type fileIntent struct {
 	Root   string `json:"root"`
 	Staged string `json:"staged"`
 	Target string `json:"target"`
+	// Dev and Ino identify the directory Root named when the file was
+	// staged in it: a rename is done only in that very directory, never
+	// in whatever a link swapped in at Root later leads to. Zero in
+	// intents stored by older versions.
+	Dev uint64 `json:"dev,omitempty"`
+	Ino uint64 `json:"ino,omitempty"`
+}
+
+// rootIdentity opens root (a directory) and returns its device and inode
+// numbers, after checking that the staged file is in it: the directory a
+// tool staged a file in, not one swapped in for it since.
+func rootIdentity(root, staged string) (dev, ino uint64, err error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	if fi, err := r.Lstat(staged); err != nil || !fi.Mode().IsRegular() {
+		return 0, 0, fmt.Errorf("runtime: the staged file %s is not in %s: the directory changed while the tool ran", staged, root)
+	}
+	fi, err := r.Stat(".")
+	if err != nil {
+		return 0, 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, errors.New("runtime: no inode numbers on this system")
+	}
+	return uint64(st.Dev), uint64(st.Ino), nil
 }
 
 // stager is an attempt's tools.Stager: each staged file becomes an intent
@@ -81,7 +111,12 @@ func (s *stager) Stage(root, staged, target string) error {
 		return txn.ErrTxDone
 	}
 	key := s.tx.ID() + "/" + strconv.Itoa(len(s.intents))
-	b, err := json.Marshal(fileIntent{Root: root, Staged: staged, Target: target})
+	in := fileIntent{Root: root, Staged: staged, Target: target}
+	var err error
+	if in.Dev, in.Ino, err = rootIdentity(root, staged); err != nil {
+		return err
+	}
+	b, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
@@ -94,7 +129,7 @@ func (s *stager) Stage(root, staged, target string) error {
 			return err
 		}
 	}
-	s.intents = append(s.intents, fileIntent{Root: root, Staged: staged, Target: target})
+	s.intents = append(s.intents, in)
 	s.keys = append(s.keys, key)
 	return nil
 }
@@ -218,8 +253,18 @@ func finishIntent(in fileIntent) error {
 		return fmt.Errorf("runtime: finishing the staged write of %s: %w", filepath.Join(in.Root, in.Target), err)
 	}
 	defer r.Close()
+	if in.Ino != 0 {
+		fi, err := r.Stat(".")
+		if err != nil {
+			return fmt.Errorf("runtime: finishing the staged write of %s: %w", filepath.Join(in.Root, in.Target), err)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || uint64(st.Dev) != in.Dev || uint64(st.Ino) != in.Ino {
+			return fmt.Errorf("runtime: finishing the staged write of %s: %s is no longer the directory the file was staged in (replaced or swapped for a link); the write is parked, not done",
+				filepath.Join(in.Root, in.Target), in.Root)
+		}
+	}
 	if _, err := r.Lstat(in.Staged); errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil // renamed already, before a crash
 	}
 	if err := r.Rename(in.Staged, in.Target); err != nil {
 		return fmt.Errorf("runtime: finishing the staged write of %s: %w", filepath.Join(in.Root, in.Target), err)
