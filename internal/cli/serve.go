@@ -84,6 +84,7 @@ the config file stores for it.`,
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown()
 			opts := &tgruntime.Options{Policy: policy}
+			cfg.ApplyTo(opts) // the idempotency TTL
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {

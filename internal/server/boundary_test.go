@@ -3,11 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/server"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -41,5 +44,61 @@ func TestServer_PerToolRateLimit(t *testing.T) {
 		if _, err := agent.Execute(ctx, inv("test.fail", `{"msg":"x"}`)); !errors.Is(err, client.ErrNotCompleted) {
 			t.Errorf("test.fail call %d was limited by test.echo's bucket: %v", i+1, err)
 		}
+	}
+}
+
+// The config file's idempotencyTTL is the runtime's TTL for the keys the
+// server writes (ApplyTo, as toolgate serve opens its runtime): past a
+// short TTL the same Idempotency-Key runs again, within a long one it
+// replays. A TTL that is not a positive duration is refused.
+func TestConfig_IdempotencyTTL(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"negative":  `{"idempotencyTTL":"-1s"}`,
+		"number":    `{"idempotencyTTL":60}`,
+		"no unit":   `{"idempotencyTTL":"60"}`,
+		"not a ttl": `{"idempotencyTTL":"soon"}`,
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
+		writeFile(t, p, body)
+		if _, err := server.LoadConfig(p); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+	var unset tgruntime.Options
+	(&server.Config{}).ApplyTo(&unset)
+	if unset.IdempotencyTTL != 0 {
+		t.Errorf("no idempotencyTTL set the runtime's TTL to %v; want it left to the runtime's default", unset.IdempotencyTTL)
+	}
+
+	for _, tc := range []struct {
+		ttl    string
+		replay bool
+	}{{"1ms", false}, {"1h", true}} {
+		t.Run(tc.ttl, func(t *testing.T) {
+			p := filepath.Join(dir, "ttl-"+tc.ttl+".json")
+			writeFile(t, p, `{"idempotencyTTL":"`+tc.ttl+`"}`)
+			cfg, err := server.LoadConfig(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Tokens = testConfig().Tokens
+			f := newFixtureWith(t, cfg, nil, true, cfg.ApplyTo)
+			agent := f.client(t, agentToken)
+			keyed := inv("test.echo", `{"msg":"ttl"}`)
+			keyed.IdempotencyKey = "ttl-key"
+			first, err := agent.Execute(context.Background(), keyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // past a 1ms key's expiry
+			again, err := agent.Execute(context.Background(), keyed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if replayed := again.Replayed && again.ExecutionID == first.ExecutionID; replayed != tc.replay {
+				t.Errorf("idempotencyTTL %s: the second call replayed %v; want %v", tc.ttl, replayed, tc.replay)
+			}
+		})
 	}
 }
