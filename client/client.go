@@ -78,6 +78,12 @@ type Invocation struct {
 	Input          json.RawMessage // the arguments
 	CallID         string          // "" means the server makes one
 	IdempotencyKey string          // sent as Idempotency-Key
+	// BypassIdempotency runs the call even though IdempotencyKey holds a
+	// result, and makes it the key's result. The server allows it only to
+	// principals its policy grants idempotency.bypass (else 403,
+	// ErrDenied, and nothing runs), and records the bypass on every audit
+	// event of the call.
+	BypassIdempotency bool
 }
 
 // Result is the server's result object, as `toolgate run --json` prints it.
@@ -190,7 +196,8 @@ func (c *Client) Execute(ctx context.Context, inv Invocation) (*Result, error) {
 		Input   json.RawMessage `json:"input"`
 		Version string          `json:"version,omitempty"`
 		CallID  string          `json:"callId,omitempty"`
-	}{inv.Input, inv.Version, inv.CallID})
+		Bypass  bool            `json:"bypassIdempotency,omitempty"`
+	}{inv.Input, inv.Version, inv.CallID, inv.BypassIdempotency})
 	if err != nil {
 		return nil, fmt.Errorf("client: input: %w", err)
 	}

@@ -2,12 +2,14 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/server"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -100,5 +102,111 @@ func TestConfig_IdempotencyTTL(t *testing.T) {
 				t.Errorf("idempotencyTTL %s: the second call replayed %v; want %v", tc.ttl, replayed, tc.replay)
 			}
 		})
+	}
+}
+
+// bypassEvent is what TestServer_IdempotencyBypass reads of an audit event.
+type bypassEvent struct {
+	ExecutionID       string `json:"executionId"`
+	State             string `json:"state"`
+	IdempotencyKey    string `json:"idempotencyKey"`
+	IdempotencyBypass bool   `json:"idempotencyBypass"`
+}
+
+// eventsOf returns the audit events of one execution.
+func (f *fixture) eventsOf(t *testing.T, executionID string) []bypassEvent {
+	t.Helper()
+	entries, err := f.rt.AuditLog(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bypassEvent
+	for _, e := range entries {
+		var ev bypassEvent
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.ExecutionID == executionID {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Bypassing an Idempotency-Key over HTTP: a principal the policy grants
+// idempotency.bypass (for the tool) runs the call again, every audit event
+// of that run records the bypass, and its result becomes the key's. A
+// principal without the grant, or a tool outside its scope, is refused
+// with 403 and nothing runs; a bypass without a key is a 400.
+func TestServer_IdempotencyBypass(t *testing.T) {
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) {
+		p, err := capability.NewPolicy(map[string][]capability.Capability{
+			"agent": {capability.MustParse("state.write:test"), capability.MustParse(server.BypassCapability + ":test.echo")},
+			"alice": {capability.MustParse("state.write:test")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Policy = p
+	})
+	ctx := context.Background()
+	agent, alice := f.client(t, agentToken), f.client(t, approverToken)
+	keyed := func(tool, key string, bypass bool) client.Invocation {
+		in := inv(tool, `{"msg":"once"}`)
+		in.IdempotencyKey, in.BypassIdempotency = key, bypass
+		return in
+	}
+
+	first, err := agent.Execute(ctx, keyed("test.echo", "k", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := agent.Execute(ctx, keyed("test.echo", "k", true))
+	if err != nil || again.Replayed || again.ExecutionID == first.ExecutionID {
+		t.Fatalf("a granted bypass did not run again: %v (replayed %v)", err, again != nil && again.Replayed)
+	}
+	evs := f.eventsOf(t, again.ExecutionID)
+	if len(evs) == 0 {
+		t.Fatal("the bypassing run has no audit events")
+	}
+	for _, e := range evs {
+		if !e.IdempotencyBypass || e.IdempotencyKey != "k" {
+			t.Errorf("the %s event of the bypassing run does not record the bypass: %+v", e.State, e)
+		}
+	}
+	for _, e := range f.eventsOf(t, first.ExecutionID) {
+		if e.IdempotencyBypass {
+			t.Errorf("the first run's %s event records a bypass", e.State)
+		}
+	}
+	if res, err := agent.Execute(ctx, keyed("test.echo", "k", false)); err != nil || !res.Replayed || res.ExecutionID != again.ExecutionID {
+		t.Errorf("after the bypass the key does not hold the bypass's result: %v", err)
+	}
+
+	before := len(f.records(t, txn.Filter{}))
+	if _, err := alice.Execute(ctx, keyed("test.echo", "a", false)); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		c   *client.Client
+		inv client.Invocation
+	}{
+		"not granted":           {alice, keyed("test.echo", "a", true)},
+		"another tool's bypass": {agent, keyed("test.fail", "f", true)},
+	} {
+		_, err := tc.c.Execute(ctx, tc.inv)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 403 || !errors.Is(err, client.ErrDenied) || !strings.Contains(e.Detail, server.BypassCapability) {
+			t.Errorf("%s: %v; want 403 naming %s", name, err, server.BypassCapability)
+		}
+	}
+	if _, err := agent.Execute(ctx, keyed("test.echo", "", true)); status(err) != 400 {
+		t.Errorf("a bypass without a key: %v; want 400", err)
+	}
+	if after := len(f.records(t, txn.Filter{})); after != before+1 {
+		t.Errorf("%d executions recorded for 1 call and 3 refused bypasses", after-before)
+	}
+	if res, err := alice.Execute(ctx, keyed("test.echo", "a", false)); err != nil || !res.Replayed {
+		t.Errorf("a refused bypass changed the key: %v (replayed %v)", err, res != nil && res.Replayed)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -250,7 +251,17 @@ type executeRequest struct {
 	Input   json.RawMessage `json:"input"`
 	Version string          `json:"version"`
 	CallID  string          `json:"callId"`
+	// BypassIdempotency runs the call even though its Idempotency-Key
+	// holds a result (the execution boundary document's
+	// bypass_idempotency), for principals granted BypassCapability.
+	BypassIdempotency bool `json:"bypassIdempotency"`
 }
+
+// BypassCapability is the capability a principal needs to bypass an
+// Idempotency-Key over HTTP: unscoped for every tool, or scoped to one
+// tool id ("idempotency.bypass:file.write"). The policy grants it like any
+// other; a request cannot.
+const BypassCapability = "idempotency.bypass"
 
 var versionRE = regexp.MustCompile(`^[0-9A-Za-z.+-]{1,64}$`)
 var callIDRE = regexp.MustCompile(`^[0-9A-Za-z._:-]{1,128}$`)
@@ -281,8 +292,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusBadRequest, "bad-request", "Several Idempotency-Key headers", "send one", nil)
 		return
 	}
+	if req.BypassIdempotency && key == "" {
+		problem(w, http.StatusBadRequest, "bad-request", "Bypass without an Idempotency-Key", "bypassIdempotency bypasses the Idempotency-Key sent with it; send one", nil)
+		return
+	}
 	if _, err := s.rt.Registry().Lookup(name, req.Version); err != nil {
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		return
+	}
+	if req.BypassIdempotency && !s.mayBypass(w, who.Principal, name) {
 		return
 	}
 	release, ok := s.admit(w, who.Principal, name)
@@ -293,6 +311,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
+		BypassIdempotency: req.BypassIdempotency, // audited: every event of the call says so
 	}
 	// A client that disconnects does not cancel the invocation: it runs to
 	// its end (bounded by the tool's limits) and is recorded, so a retry
@@ -301,6 +320,23 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, inv)
 	s.answer(w, res, err)
+}
+
+// mayBypass reports whether the policy grants principal BypassCapability
+// for tool; if not, it answers 403 and nothing runs.
+func (s *Server) mayBypass(w http.ResponseWriter, principal, tool string) bool {
+	need := capability.Capability{Name: BypassCapability, Scope: tool}
+	d := s.rt.Policy().Decide(principal, tool, []capability.Capability{need}, nil, time.Now())
+	if d.Allowed() {
+		return true
+	}
+	detail := fmt.Sprintf("bypassing an Idempotency-Key needs the capability %s (or %s), which the policy does not grant %s; nothing ran", need, BypassCapability, principal)
+	if d.Reason != "" {
+		detail = fmt.Sprintf("bypassing an Idempotency-Key needs the capability %s: %s; nothing ran", need, d.Reason)
+	}
+	problem(w, http.StatusForbidden, "bypass-denied", "Idempotency bypass not allowed", detail,
+		map[string]any{"code": "bypass_denied", "missing": []string{need.String()}})
+	return false
 }
 
 // extendWriteDeadline lifts the server's write timeout for an execution's
