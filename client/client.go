@@ -135,7 +135,7 @@ type Error struct {
 	Detail     string
 	Code       string        // the result's error code, when there is a result
 	RetryAfter time.Duration // from Retry-After, for 429 and 503
-	Result     *Result       // the recorded attempt, when there is one (403, 422 on input, 200)
+	Result     *Result       // the recorded attempt, when there is one (403, 422 on input, 200, 503 for a call stopped before its tool ran)
 }
 
 func (e *Error) Error() string {

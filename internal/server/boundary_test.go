@@ -2,8 +2,12 @@ package server_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -208,5 +212,94 @@ func TestServer_IdempotencyBypass(t *testing.T) {
 	}
 	if res, err := alice.Execute(ctx, keyed("test.echo", "a", false)); err != nil || !res.Replayed {
 		t.Errorf("a refused bypass changed the key: %v (replayed %v)", err, res != nil && res.Replayed)
+	}
+}
+
+// A keyed call that a graceful shutdown stopped before its tool ran is
+// answered as retryable (503 with Retry-After and the recorded attempt),
+// not as a final result: nothing ran, the key is free, and a retry with it
+// after a restart runs the tool. A call whose tool was running is the
+// final 200 ROLLED_BACK its key then holds.
+func TestServer_ShutdownBeforeRunIsRetryable(t *testing.T) {
+	cfg := testConfig()
+	cfg.GracePeriod = server.Duration(100 * time.Millisecond)
+	// One runtime slot: the second call waits for it, before its tool runs.
+	f := newFixtureWith(t, cfg, nil, true, func(o *tgruntime.Options) { o.MaxConcurrent, o.SlotWait = 1, time.Minute })
+	f.http.Close() // Serve's own listener, for the shutdown
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- f.srv.Serve(ctx, l) }()
+	c, err := client.New("http://"+l.Addr().String(), agentToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := inv("test.block", `{"msg":"running"}`)
+	running.IdempotencyKey = "running"
+	waiting := inv("test.echo", `{"msg":"waiting"}`)
+	waiting.IdempotencyKey, waiting.CallID = "waiting", "call-waiting"
+	type answer struct {
+		res *client.Result
+		err error
+	}
+	ranAnswer, waitAnswer := make(chan answer, 1), make(chan answer, 1)
+	go func() { res, err := c.Execute(context.Background(), running); ranAnswer <- answer{res, err} }()
+	<-f.gate.started
+	go func() { res, err := c.Execute(context.Background(), waiting); waitAnswer <- answer{res, err} }()
+	// The waiting call is in the runtime, waiting for the slot, once its
+	// key is claimed: the runtime's idempotency record (read below the API,
+	// so that no probe of ours can claim the key first) exists.
+	scope := sha256.Sum256([]byte("agent\x00test.echo\x00waiting"))
+	for {
+		if _, found, err := f.rt.StateValue(context.Background(), "toolgate.idempotency", hex.EncodeToString(scope[:])); err != nil {
+			t.Fatal(err)
+		} else if found {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	f.gate.open()
+
+	a := <-waitAnswer
+	var e *client.Error
+	if !errors.As(a.err, &e) || e.Status != 503 || !errors.Is(a.err, client.ErrUnavailable) || e.RetryAfter <= 0 {
+		t.Errorf("a call stopped before its tool ran: %v; want 503 with Retry-After", a.err)
+	} else if e.Result == nil || e.Result.State != "ROLLED_BACK" || e.Result.ExecutionID == "" {
+		t.Errorf("the 503 does not carry the recorded attempt: %+v", e.Result)
+	}
+	a = <-ranAnswer
+	if !errors.As(a.err, &e) || e.Status != 200 || a.res == nil || a.res.State != "ROLLED_BACK" {
+		t.Errorf("a call whose tool ran: %v; want the final 200 ROLLED_BACK", a.err)
+	}
+
+	// Restarted, the same key runs the tool: the 503 said so.
+	rt, err := tgruntime.Open(f.path, &tgruntime.Options{Registry: f.rt.Registry(), Policy: f.rt.Policy(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	srv, err := server.New(rt, testConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	c2, err := client.New(hs.URL, agentToken, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c2.Execute(context.Background(), waiting)
+	if err != nil || res.Replayed || res.State != "COMPLETED" {
+		t.Errorf("the retry after the restart: %v; want the tool run, COMPLETED", err)
+	}
+	if res, err := c2.Execute(context.Background(), running); !errors.Is(err, client.ErrNotCompleted) || res == nil || !res.Replayed {
+		t.Errorf("the call whose tool ran: %v; want its ROLLED_BACK result replayed", err)
 	}
 }

@@ -147,9 +147,11 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 
 // Serve serves on l until ctx ends, then shuts down gracefully: it stops
 // accepting, lets running invocations finish within the grace period,
-// aborts the rest (recorded ABORTED then ROLLED_BACK, and answered to their
-// callers as such) and closes the runtime. It returns nil after a clean
-// shutdown.
+// aborts the rest and closes the runtime. An aborted invocation whose tool
+// was running is recorded ABORTED then ROLLED_BACK and answered as such
+// (200); one stopped before its tool ran is answered 503 with Retry-After:
+// nothing ran, and its idempotency key is free. It returns nil after a
+// clean shutdown.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
@@ -404,6 +406,13 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		ext["code"] = res.Error.Code
 	}
 	switch {
+	case errors.Is(err, tgruntime.ErrClosed) && !ranTool(res):
+		// Stopped by the shutdown before its tool ran: recorded, but not an
+		// outcome to keep. The runtime freed its idempotency key, so the
+		// answer is a retry, not a final 200 ROLLED_BACK.
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down",
+			"the server stopped this call before its tool ran: nothing ran, and its Idempotency-Key, if it had one, is free; retry it", ext)
 	case res.State == lifecycle.Denied:
 		problem(w, http.StatusForbidden, "denied", "Denied", errorMessage(res), ext)
 	case res.State == lifecycle.Failed:
@@ -416,6 +425,19 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	default:
 		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
 	}
+}
+
+// ranTool reports whether an attempt of res reached EXECUTING: its tool
+// was started. A call none of whose attempts did ran nothing.
+func ranTool(res *tgruntime.Result) bool {
+	for _, a := range res.Attempts {
+		for _, t := range a.Transitions {
+			if t.To == lifecycle.Executing {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // storeDetail is all a caller learns of a store failure: the server's
