@@ -22,6 +22,12 @@
 //     grants during execution (the result's error type is
 //     AuthorizationError, code capability_boundary; the attempt was rolled
 //     back), the error is also ErrDenied, as a 403 denial before the run is.
+//   - A call that committed but whose file writes could not be made
+//     visible afterwards (a directory now sits at the target, or the
+//     directory is gone) is a 500: ErrWriteParked (and ErrServer), with the
+//     COMPLETED result in Error.Result and the parked writes in its
+//     ParkedWrites. The call is recorded as done; its writes wait for the
+//     server's operator.
 //   - An approved intent the server refuses to run (422: its hash does not
 //     match, its tool changed, its record is damaged) is ErrIntentRefused,
 //     not ErrInvalidInput; Error.Code says why: intent_hash_mismatch,
@@ -100,6 +106,9 @@ type Result struct {
 	IntentID       string            `json:"intentId,omitempty"`
 	Replayed       bool              `json:"replayed,omitempty"`
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	// ParkedWrites, on a COMPLETED result answered with ErrWriteParked,
+	// says which committed file writes could not be made visible, and why.
+	ParkedWrites []string `json:"parkedWrites,omitempty"`
 }
 
 // ErrorInfo is a result's structured error.
@@ -123,6 +132,7 @@ var (
 	ErrRateLimited   = errors.New("client: rate limited")                    // 429
 	ErrUnavailable   = errors.New("client: unavailable")                     // 503
 	ErrNotCompleted  = errors.New("client: the invocation did not complete") // 200 with a failure in the result
+	ErrWriteParked   = errors.New("client: write parked, not visible")       // 500, committed; see Result.ParkedWrites
 	ErrServer        = errors.New("client: server error")                    // other statuses
 )
 
@@ -181,6 +191,10 @@ func (e *Error) Is(target error) bool {
 		return target == ErrRateLimited
 	case http.StatusServiceUnavailable:
 		return target == ErrUnavailable
+	case http.StatusInternalServerError:
+		if strings.HasSuffix(e.Type, "/write-parked") && target == ErrWriteParked {
+			return true
+		}
 	}
 	return target == ErrServer
 }

@@ -42,6 +42,8 @@ func TestError_Is(t *testing.T) {
 		{429, "", ErrRateLimited},
 		{503, "", ErrUnavailable},
 		{500, "", ErrServer},
+		{500, "https://toolgate.dev/problems/write-parked", ErrWriteParked},
+		{500, "https://toolgate.dev/problems/write-parked", ErrServer},
 	} {
 		err := error(&Error{Status: tc.status, Type: tc.typ, Title: http.StatusText(tc.status)})
 		if !errors.Is(err, tc.want) {
@@ -53,6 +55,9 @@ func TestError_Is(t *testing.T) {
 		if tc.want != ErrInvalidInput && errors.Is(err, ErrInvalidInput) {
 			t.Errorf("%d %s matches ErrInvalidInput", tc.status, tc.typ)
 		}
+	}
+	if errors.Is(&Error{Status: 500, Type: "https://toolgate.dev/problems/internal"}, ErrWriteParked) {
+		t.Errorf("any 500 matches ErrWriteParked")
 	}
 	// A result a handle refused during execution: not completed, and denied.
 	refused := error(&Error{Status: 200, Result: &Result{State: "ROLLED_BACK", Error: &ErrorInfo{Type: "AuthorizationError", Code: "capability_boundary"}}})

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/server"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -301,5 +303,56 @@ func TestServer_ShutdownBeforeRunIsRetryable(t *testing.T) {
 	}
 	if res, err := c2.Execute(context.Background(), running); !errors.Is(err, client.ErrNotCompleted) || res == nil || !res.Replayed {
 		t.Errorf("the call whose tool ran: %v; want its ROLLED_BACK result replayed", err)
+	}
+}
+
+// A committed file write whose rename cannot be done afterwards (a
+// directory now sits at its target) is parked, not visible: the HTTP
+// answer says so (500 write-parked, the result carrying parkedWrites),
+// never a plain 200 COMPLETED, and the client reports ErrWriteParked.
+func TestServer_ParkedWriteIsReported(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) {
+		decl := tools.Declaration{
+			ID: "test.parked", Version: "1.0.0", Name: "test.parked", Description: "stages a write, then puts a directory at its target",
+			InputSchema: json.RawMessage(msgSchema), OutputSchema: json.RawMessage(msgSchema),
+			RequiredCapabilities: []capability.Capability{capability.MustParse("filesystem.write")},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 30 * time.Second},
+		}
+		err := o.Registry.Register(tools.NewTyped(decl, func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			target := filepath.Join(dir, in.Msg)
+			if _, err := env.FS("filesystem.write").WriteStaged(target, []byte("data"), 0o600); err != nil {
+				return msg{}, err
+			}
+			return in, os.Mkdir(target, 0o700) // the rename after the commit will fail
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := capability.NewPolicy(map[string][]capability.Capability{"agent": {capability.MustParse("filesystem.write:" + dir)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Policy = p
+	})
+	res, err := f.client(t, agentToken).Execute(context.Background(), inv("test.parked", `{"msg":"report.txt"}`))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 500 || !errors.Is(err, client.ErrWriteParked) || e.Code != "write_parked" {
+		t.Fatalf("a parked write: %v; want 500 write-parked, ErrWriteParked", err)
+	}
+	if res == nil || res.State != "COMPLETED" || len(res.ParkedWrites) != 1 || !strings.Contains(res.ParkedWrites[0], filepath.Join(dir, "report.txt")) {
+		t.Fatalf("the result does not carry the parked write: %+v", res)
+	}
+	if !strings.Contains(e.Detail, "not visible") {
+		t.Errorf("the detail does not say the write is not visible: %q", e.Detail)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "report.txt")); err != nil || !fi.IsDir() {
+		t.Errorf("the target changed: %v", err)
+	}
+	// The same over the wire, for a client that is not ours.
+	code, _, body := f.post(t, "/v1/tools/test.parked/execute", agentToken, "application/json", `{"input":{"msg":"other.txt"}}`)
+	result, _ := body["result"].(map[string]any)
+	if parked, _ := result["parkedWrites"].([]any); code != 500 || body["state"] != "COMPLETED" || len(parked) != 1 {
+		t.Errorf("%d %v; want 500 with the COMPLETED result and its parkedWrites", code, body)
 	}
 }

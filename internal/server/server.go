@@ -405,6 +405,16 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	if res.Error != nil {
 		ext["code"] = res.Error.Code
 	}
+	if parked := parkedWrites(res, err); len(parked) > 0 {
+		// Durably COMPLETED, but a file write is not where the caller will
+		// look: never a plain 200. The CLI exits 1 for the same case.
+		ext["result"], ext["code"] = parkedResult{res, parked}, "write_parked"
+		problem(w, http.StatusInternalServerError, "write-parked", "Committed, but a file write is not visible",
+			fmt.Sprintf("the call committed (COMPLETED, execution %s), but %d of its file writes are parked and not visible: renaming the data into place after the commit failed (%s). "+
+				"The data is kept on the server ('toolgate doctor' lists it); its operator must act. The call is recorded as done: a retry with its Idempotency-Key replays it",
+				res.ExecutionID, len(parked), strings.Join(parked, "; ")), ext)
+		return
+	}
 	switch {
 	case errors.Is(err, tgruntime.ErrClosed) && !ranTool(res):
 		// Stopped by the shutdown before its tool ran: recorded, but not an
@@ -425,6 +435,35 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	default:
 		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
 	}
+}
+
+// parkedResult is a result whose committed file writes were parked: each
+// entry of ParkedWrites says which file and why.
+type parkedResult struct {
+	*tgruntime.Result
+	ParkedWrites []string `json:"parkedWrites"`
+}
+
+// parkedWrites returns why each of the file writes of a COMPLETED result
+// could not be made visible after its commit (the runtime parks them), or
+// nil. A failure of the store while forgetting the renames is not a parked
+// write: the store's own failure is answered and logged as such.
+func parkedWrites(res *tgruntime.Result, err error) []string {
+	var se *tgruntime.StateError
+	if res.State != lifecycle.Completed || !errors.As(err, &se) || se.Op != "apply staged writes" {
+		return nil
+	}
+	errs := []error{se.Err}
+	if j, ok := se.Err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var out []string
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, txn.ErrPoisoned) {
+			out = append(out, apiDetail(e.Error()))
+		}
+	}
+	return out
 }
 
 // ranTool reports whether an attempt of res reached EXECUTING: its tool
