@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 
 	"github.com/spf13/cobra"
@@ -90,7 +91,8 @@ the config file stores for it.`,
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider})
+			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
+				Logger: slog.New(slog.NewTextHandler(stdio.Err, nil))})
 			if err != nil {
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)

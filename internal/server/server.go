@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"mime"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -44,6 +46,9 @@ type Server struct {
 	cfg   Config
 	slots chan struct{}
 
+	log         *slog.Logger
+	storeLogged atomic.Bool // the store's failure is logged, once
+
 	mu         sync.Mutex
 	principals map[string]*rate.Limiter
 	tools      map[string]*rate.Limiter
@@ -52,10 +57,14 @@ type Server struct {
 	handler http.Handler
 }
 
-// Options are the server's telemetry providers (nil: none).
+// Options are the server's telemetry providers (nil: none) and its log.
 type Options struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
+	// Logger receives what the server's operator must act on: a store
+	// that failed (once, with its cause), an invocation that could not be
+	// run. nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // New returns a server for rt with cfg (copied; defaults filled).
@@ -70,7 +79,10 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	}
 	c.fill()
 	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent),
-		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}}
+		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}, log: slog.Default()}
+	if opts != nil && opts.Logger != nil {
+		s.log = opts.Logger
+	}
 	mux := http.NewServeMux()
 	routes := []struct {
 		method, path string
@@ -371,6 +383,7 @@ func withoutStacks(res *tgruntime.Result) {
 
 // answer writes an invocation's outcome with the status a client acts on.
 func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error) {
+	defer s.checkStore() // whatever the answer, a store that failed meanwhile is logged
 	withoutStacks(res)
 	var ie *tgruntime.IdempotencyError
 	var se *tgruntime.StateError
@@ -395,9 +408,11 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
 		return
 	case res == nil && errors.As(err, &se):
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	case res == nil:
+		s.log.Error("toolgate: an invocation could not be run", "error", err)
 		problem(w, http.StatusInternalServerError, "internal", "Internal error", "the invocation could not be run; see the server's log", nil)
 		return
 	}
@@ -431,6 +446,7 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "resource-unavailable", "Resource unavailable", errorMessage(res), ext)
 	case res.Error != nil && res.Error.Type == "StateError":
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, ext)
 	default:
 		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
@@ -480,8 +496,33 @@ func ranTool(res *tgruntime.Result) bool {
 }
 
 // storeDetail is all a caller learns of a store failure: the server's
-// operator has the rest (toolgate doctor, the records).
+// operator has the rest (the server's log, toolgate doctor, the records).
 const storeDetail = "the server's store cannot take more work now; its operator must act"
+
+// checkStore reports whether the runtime's store refuses all work (a
+// commit failed: a full disk, a read-only file system, an I/O error) and
+// logs why the first time it sees it: once, however many requests are
+// then refused. The cause says what to fix; the store works again only
+// once reopened, so the server stays not ready until it is restarted.
+func (s *Server) checkStore() bool {
+	err := s.rt.Err()
+	if err == nil {
+		return false
+	}
+	if s.storeLogged.CompareAndSwap(false, true) {
+		s.log.Error("toolgate: the store failed; executions are refused and /readyz answers 503 until the server is restarted",
+			"cause", strings.TrimPrefix(err.Error(), "txn: "))
+	}
+	return true
+}
+
+// storeFailed logs a store failure a request was refused for: the store's
+// poisoning once (checkStore), any other failure as it happens.
+func (s *Server) storeFailed(err error) {
+	if !s.checkStore() {
+		s.log.Error("toolgate: a store operation failed", "error", err)
+	}
+}
 
 func errorMessage(res *tgruntime.Result) string {
 	if res.Error == nil {
@@ -656,6 +697,7 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 		problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
 			"the record stored under this id is damaged or was changed outside toolgate; run 'toolgate audit verify'", nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		// A record is shown only as the audit log proves it.
@@ -702,6 +744,7 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ve):
 		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", err.Error(), nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusCreated, in)
@@ -723,6 +766,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ie):
 		problem(w, http.StatusConflict, "intent-decided", "Already decided", err.Error(), nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusOK, in)
@@ -799,7 +843,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "", nil)
 		return
 	}
-	if err := s.rt.Err(); err != nil {
+	if s.checkStore() {
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	}
