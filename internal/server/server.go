@@ -153,9 +153,13 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		ReadTimeout:       time.Duration(s.cfg.ReadTimeout),
 		WriteTimeout:      time.Duration(s.cfg.WriteTimeout),
 		IdleTimeout:       time.Duration(s.cfg.IdleTimeout),
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 	}
 }
+
+// maxHeaderBytes bounds a request's line and headers (net/http reads up to
+// 4 KiB past it before it refuses with 431).
+const maxHeaderBytes = 64 << 10
 
 // Serve serves on l until ctx ends, then shuts down gracefully: it stops
 // accepting, lets running invocations finish within the grace period,
@@ -167,7 +171,7 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	go func() { errc <- hs.Serve(refusalListener{l}) }() // net/http's own refusals as problem documents
 	select {
 	case err := <-errc:
 		s.rt.Close(context.Background())
