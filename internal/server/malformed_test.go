@@ -50,6 +50,8 @@ func TestServer_MalformedRequestsAreProblems(t *testing.T) {
 		{"unknown transfer coding", exec + "Transfer-Encoding: gzip\r\n\r\n", false, 501},
 		{"bad Content-Length", exec + "Content-Length: ten\r\n\r\n", false, 400},
 		{"two Content-Lengths", exec + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", false, 400},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", false, 400},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", false, 400},
 		{"unmet Expect", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n", false, 417},
 		{"malformed chunked body", exec + "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", false, 400},
 		{"body cut short", exec + "Content-Length: 100\r\n\r\n{\"input\":", true, 400},

@@ -925,7 +925,11 @@ func recoverer(h http.Handler) http.Handler {
 		}()
 		// No redirects to a cleaned path: a request names its endpoint
 		// exactly, or is refused.
-		if p := r.URL.Path; p == "" || path.Clean(p) != p {
+		switch p := r.URL.Path; {
+		case !strings.HasPrefix(p, "/"): // "*" (PRI * HTTP/2.0), or CONNECT's host:port
+			problem(w, http.StatusBadRequest, "bad-path", "Not a path", "the request target must be a path beginning with '/'", nil)
+			return
+		case path.Clean(p) != p:
 			problem(w, http.StatusBadRequest, "bad-path", "Unclean path", "the path has '..', '.', '//' or a trailing '/'", nil)
 			return
 		}
