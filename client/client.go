@@ -22,6 +22,12 @@
 //     grants during execution (the result's error type is
 //     AuthorizationError, code capability_boundary; the attempt was rolled
 //     back), the error is also ErrDenied, as a 403 denial before the run is.
+//   - A call that committed but whose file writes could not be made
+//     visible afterwards (a directory now sits at the target, or the
+//     directory is gone) is a 500: ErrWriteParked (and ErrServer), with the
+//     COMPLETED result in Error.Result and the parked writes in its
+//     ParkedWrites. The call is recorded as done; its writes wait for the
+//     server's operator.
 //   - An approved intent the server refuses to run (422: its hash does not
 //     match, its tool changed, its record is damaged) is ErrIntentRefused,
 //     not ErrInvalidInput; Error.Code says why: intent_hash_mismatch,
@@ -78,6 +84,12 @@ type Invocation struct {
 	Input          json.RawMessage // the arguments
 	CallID         string          // "" means the server makes one
 	IdempotencyKey string          // sent as Idempotency-Key
+	// BypassIdempotency runs the call even though IdempotencyKey holds a
+	// result, and makes it the key's result. The server allows it only to
+	// principals its policy grants idempotency.bypass (else 403,
+	// ErrDenied, and nothing runs), and records the bypass on every audit
+	// event of the call.
+	BypassIdempotency bool
 }
 
 // Result is the server's result object, as `toolgate run --json` prints it.
@@ -94,6 +106,9 @@ type Result struct {
 	IntentID       string            `json:"intentId,omitempty"`
 	Replayed       bool              `json:"replayed,omitempty"`
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	// ParkedWrites, on a COMPLETED result answered with ErrWriteParked,
+	// says which committed file writes could not be made visible, and why.
+	ParkedWrites []string `json:"parkedWrites,omitempty"`
 }
 
 // ErrorInfo is a result's structured error.
@@ -117,6 +132,7 @@ var (
 	ErrRateLimited   = errors.New("client: rate limited")                    // 429
 	ErrUnavailable   = errors.New("client: unavailable")                     // 503
 	ErrNotCompleted  = errors.New("client: the invocation did not complete") // 200 with a failure in the result
+	ErrWriteParked   = errors.New("client: write parked, not visible")       // 500, committed; see Result.ParkedWrites
 	ErrServer        = errors.New("client: server error")                    // other statuses
 )
 
@@ -129,7 +145,7 @@ type Error struct {
 	Detail     string
 	Code       string        // the result's error code, when there is a result
 	RetryAfter time.Duration // from Retry-After, for 429 and 503
-	Result     *Result       // the recorded attempt, when there is one (403, 422 on input, 200)
+	Result     *Result       // the recorded attempt, when there is one (403, 422 on input, 200, 503 for a call stopped before its tool ran)
 }
 
 func (e *Error) Error() string {
@@ -175,6 +191,10 @@ func (e *Error) Is(target error) bool {
 		return target == ErrRateLimited
 	case http.StatusServiceUnavailable:
 		return target == ErrUnavailable
+	case http.StatusInternalServerError:
+		if strings.HasSuffix(e.Type, "/write-parked") && target == ErrWriteParked {
+			return true
+		}
 	}
 	return target == ErrServer
 }
@@ -190,7 +210,8 @@ func (c *Client) Execute(ctx context.Context, inv Invocation) (*Result, error) {
 		Input   json.RawMessage `json:"input"`
 		Version string          `json:"version,omitempty"`
 		CallID  string          `json:"callId,omitempty"`
-	}{inv.Input, inv.Version, inv.CallID})
+		Bypass  bool            `json:"bypassIdempotency,omitempty"`
+	}{inv.Input, inv.Version, inv.CallID, inv.BypassIdempotency})
 	if err != nil {
 		return nil, fmt.Errorf("client: input: %w", err)
 	}

@@ -146,7 +146,8 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 }
 
 // Err returns why the runtime refuses work, or nil: its store was poisoned
-// by a failed commit (reopen to recover).
+// by a failed commit. The error names the cause and what to fix before the
+// database is reopened, which is the only way it works again.
 func (r *Runtime) Err() error { return r.store.Err() }
 
 // Registry returns the runtime's (frozen) registry.

@@ -7,6 +7,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"syscall"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -253,11 +254,30 @@ func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	return s.db.Update(fn)
 }
 
-// poison records the first commit failure; every later operation returns it.
+// poison records the first commit failure; every later operation returns
+// it. The message says what to fix before reopening: while the cause
+// persists (a full disk), reopening only fails again.
 func (s *Store) poison(cause error) error {
-	err := fmt.Errorf("%w: %s: %v; reopen the database to recover", ErrPoisoned, s.path, cause)
+	err := fmt.Errorf("%w: %s: %v; %s", ErrPoisoned, s.path, cause, remedy(cause))
 	s.poisoned.CompareAndSwap(nil, &err)
 	return *s.poisoned.Load()
+}
+
+// remedy says what an operator does about the cause of a failed commit.
+func remedy(cause error) string {
+	switch {
+	case errors.Is(cause, syscall.ENOSPC):
+		return "the file system holding the database is full: free space on it, then reopen the database to recover"
+	case errors.Is(cause, syscall.EDQUOT):
+		return "the disk quota of the database's owner is used up: free space or raise the quota, then reopen the database to recover"
+	case errors.Is(cause, syscall.EROFS):
+		return "the file system holding the database is read-only: make it writable, then reopen the database to recover"
+	case errors.Is(cause, syscall.EFBIG):
+		return "the database file reached the largest size allowed (by the file system, or the process's file size limit): raise the limit, then reopen the database to recover"
+	case errors.Is(cause, syscall.EIO):
+		return "the disk reported an I/O error: check the disk, then reopen the database to recover"
+	}
+	return "find and fix the cause, then reopen the database to recover"
 }
 
 // Err returns the error that poisoned the store (wrapping ErrPoisoned), or

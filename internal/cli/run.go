@@ -37,6 +37,7 @@ func newRunCmd(g *globals, stdio Stdio) *cobra.Command {
 		intentID, intentHash string
 		idemKey              string
 		bypass, noWait       bool
+		idemTTL              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run TOOL[@VERSION]",
@@ -72,8 +73,11 @@ as --principal, by default cli:$USER.
 			if intentID != "" && cmd.Flags().Changed("input") {
 				return usageErr("--input: an intent runs the input that was approved")
 			}
-			if (bypass || noWait) && idemKey == "" {
-				return usageErr("--bypass-idempotency and --no-wait need --idempotency-key")
+			if (bypass || noWait || cmd.Flags().Changed("idempotency-ttl")) && idemKey == "" {
+				return usageErr("--bypass-idempotency, --no-wait and --idempotency-ttl need --idempotency-key")
+			}
+			if cmd.Flags().Changed("idempotency-ttl") && idemTTL <= 0 {
+				return usageErr("--idempotency-ttl %v: the time a key holds its result must be positive, such as 60s or 24h", idemTTL)
 			}
 			// Everything that can be refused without the database is
 			// refused before it is opened (and created).
@@ -118,7 +122,7 @@ as --principal, by default cli:$USER.
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended
-			opts := &tgruntime.Options{Policy: policy, Registry: reg}
+			opts := &tgruntime.Options{Policy: policy, Registry: reg, IdempotencyTTL: idemTTL}
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {
@@ -183,6 +187,7 @@ as --principal, by default cli:$USER.
 	cmd.Flags().StringVar(&intentHash, "hash", "", "the approved intent's SHA-256 hash (with --intent)")
 	cmd.Flags().StringVar(&idemKey, "idempotency-key", "", "run at most once per key (per principal and tool): a repeat returns the stored result")
 	cmd.Flags().BoolVar(&bypass, "bypass-idempotency", false, "run even though the key holds a result (audited as a bypass)")
+	cmd.Flags().DurationVar(&idemTTL, "idempotency-ttl", 0, "how long the key holds this call's result (default 24h)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "fail at once if the key's first invocation is still running, instead of waiting for it")
 	// Lowers the tool's max execution time for this call (an invocation may
 	// only lower a declared limit); for tests that need a timeout.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 
 	"github.com/spf13/cobra"
@@ -26,7 +27,8 @@ needs --allow-remote). Callers authenticate with bearer tokens that the
 config file (--config) maps to principals; a principal's capabilities come
 from the policy (--policy), never from the caller.
 
-  POST /v1/tools/{name}/execute   {"input": ..., "version": "...", "callId": "..."}
+  POST /v1/tools/{name}/execute   {"input": ..., "version": "...", "callId": "...",
+                                   "bypassIdempotency": true (needs idempotency.bypass)}
                                   headers: Authorization, Idempotency-Key, traceparent
   GET  /v1/tools, /v1/tools/{name}, /v1/executions/{id}
   POST /v1/intents, /v1/intents/{id}/approve (approver tokens only),
@@ -34,14 +36,21 @@ from the policy (--policy), never from the caller.
   GET  /healthz, /readyz
 
 Statuses: 200 COMPLETED or a tool-level failure in the result; 400 malformed;
-401 no or bad token; 403 DENIED; 404 unknown tool or version; 409 idempotency
-key in flight; 413 body too large; 415 not JSON; 422 idempotency key reused
-with another request, or input failing the schema; 429 rate limited
-(Retry-After); 503 busy, shutting down or store unavailable. Errors are
-RFC 9457 problem documents.
+401 no or bad token; 403 DENIED, or a bypass the policy does not grant; 404
+unknown tool or version; 409 idempotency key in flight; 413 body too large;
+415 not JSON; 422 idempotency key reused with another request, or input
+failing the schema; 429 rate limited (Retry-After); 500 committed but a file
+write parked, not visible; 503 busy, shutting down (a call stopped before its
+tool ran: retry it) or store unavailable (Retry-After). Errors are RFC 9457
+problem documents, the requests net/http refuses itself included.
+
+The config file also sets "idempotencyTTL" (default "24h"): how long an
+Idempotency-Key holds its call's result.
 
 SIGINT or SIGTERM: stop accepting, let running invocations finish within the
 grace period, abort the rest (recorded ABORTED, ROLLED_BACK), close the store.
+A store that fails (a full disk, a read-only file system) is logged once on
+stderr with what to fix; /readyz answers 503 until the server is restarted.
 
 'toolgate serve --hash-token' reads a token on stdin and prints the SHA-256
 the config file stores for it.`,
@@ -84,12 +93,14 @@ the config file stores for it.`,
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown()
 			opts := &tgruntime.Options{Policy: policy}
+			cfg.ApplyTo(opts) // the idempotency TTL
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider})
+			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
+				Logger: slog.New(slog.NewTextHandler(stdio.Err, nil))})
 			if err != nil {
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)

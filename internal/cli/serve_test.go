@@ -99,3 +99,42 @@ func TestServe_RunsAndStops(t *testing.T) {
 	}
 
 }
+
+// The config file's idempotencyTTL reaches the runtime toolgate serve
+// opens: past a 1ms TTL the same Idempotency-Key runs again.
+func TestServe_IdempotencyTTL(t *testing.T) {
+	dir := workdir(t)
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}],"idempotencyTTL":"1ms"}`), 0o600))
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{"agent":["filesystem.read:`+dir+`"]}}`), 0o600))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := l.Addr().String()
+	l.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--config", cfg, "--policy", policy, "--addr", addr}, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	}()
+	defer func() { stop(); <-done }()
+	c, err := client.New("http://"+addr, "tok", nil)
+	must(t, err)
+	keyed := client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`), IdempotencyKey: "k"}
+	var first *client.Result
+	for range 100 {
+		if first, err = c.Execute(context.Background(), keyed); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the server is starting
+	}
+	if err != nil {
+		t.Fatalf("execute through serve: %v\n%s", err, errb.String())
+	}
+	time.Sleep(20 * time.Millisecond) // past the key's expiry
+	again, err := c.Execute(context.Background(), keyed)
+	if err != nil || again.Replayed || again.ExecutionID == first.ExecutionID {
+		t.Errorf("past the config's 1ms idempotencyTTL the key replayed: %v", err)
+	}
+}

@@ -37,7 +37,7 @@ var policy = map[string][]string{
 	"internal/testchild":       {},
 	"internal/testchild/child": {},
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
-	"internal/server":          {"runtime", "lifecycle", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
+	"internal/server":          {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
 	"internal/cli":             {"internal/server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},

@@ -25,7 +25,8 @@ import (
 //	  "rateLimits": {"perPrincipal": {"perSecond": 50, "burst": 100},
 //	                 "perTool":      {"perSecond": 200, "burst": 400}},
 //	  "maxConcurrent": 64,
-//	  "maxBodyBytes": 5242880
+//	  "maxBodyBytes": 5242880,
+//	  "idempotencyTTL": "24h"
 //	}
 //
 // Tokens are stored as their SHA-256, never in clear: `toolgate serve
@@ -39,6 +40,11 @@ type Config struct {
 	WriteTimeout  Duration      `json:"writeTimeout"`  // default 5m (an execution's answer)
 	IdleTimeout   Duration      `json:"idleTimeout"`   // default 60s
 	GracePeriod   Duration      `json:"gracePeriod"`   // default 10s
+	// IdempotencyTTL is how long an Idempotency-Key holds its call's
+	// result (the runtime's Options.IdempotencyTTL); default 24h. It is
+	// fixed when a key is first used: a key written under another TTL keeps
+	// its own expiry.
+	IdempotencyTTL Duration `json:"idempotencyTTL"`
 }
 
 // TokenConfig maps one bearer token to a principal.
@@ -149,6 +155,15 @@ func (c *Config) fill() {
 	}
 	if c.GracePeriod == 0 {
 		c.GracePeriod = Duration(10 * time.Second)
+	}
+}
+
+// ApplyTo sets the runtime options the config file holds (the
+// idempotency TTL) on o, which toolgate serve then opens its runtime with.
+// A zero setting leaves o's value, so the runtime's default applies.
+func (c *Config) ApplyTo(o *tgruntime.Options) {
+	if c.IdempotencyTTL > 0 {
+		o.IdempotencyTTL = time.Duration(c.IdempotencyTTL)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"mime"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -31,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -43,6 +46,9 @@ type Server struct {
 	cfg   Config
 	slots chan struct{}
 
+	log         *slog.Logger
+	storeLogged atomic.Bool // the store's failure is logged, once
+
 	mu         sync.Mutex
 	principals map[string]*rate.Limiter
 	tools      map[string]*rate.Limiter
@@ -51,10 +57,14 @@ type Server struct {
 	handler http.Handler
 }
 
-// Options are the server's telemetry providers (nil: none).
+// Options are the server's telemetry providers (nil: none) and its log.
 type Options struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
+	// Logger receives what the server's operator must act on: a store
+	// that failed (once, with its cause), an invocation that could not be
+	// run. nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // New returns a server for rt with cfg (copied; defaults filled).
@@ -69,7 +79,10 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	}
 	c.fill()
 	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent),
-		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}}
+		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}, log: slog.Default()}
+	if opts != nil && opts.Logger != nil {
+		s.log = opts.Logger
+	}
 	mux := http.NewServeMux()
 	routes := []struct {
 		method, path string
@@ -140,19 +153,25 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		ReadTimeout:       time.Duration(s.cfg.ReadTimeout),
 		WriteTimeout:      time.Duration(s.cfg.WriteTimeout),
 		IdleTimeout:       time.Duration(s.cfg.IdleTimeout),
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 	}
 }
 
+// maxHeaderBytes bounds a request's line and headers (net/http reads up to
+// 4 KiB past it before it refuses with 431).
+const maxHeaderBytes = 64 << 10
+
 // Serve serves on l until ctx ends, then shuts down gracefully: it stops
 // accepting, lets running invocations finish within the grace period,
-// aborts the rest (recorded ABORTED then ROLLED_BACK, and answered to their
-// callers as such) and closes the runtime. It returns nil after a clean
-// shutdown.
+// aborts the rest and closes the runtime. An aborted invocation whose tool
+// was running is recorded ABORTED then ROLLED_BACK and answered as such
+// (200); one stopped before its tool ran is answered 503 with Retry-After:
+// nothing ran, and its idempotency key is free. It returns nil after a
+// clean shutdown.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	go func() { errc <- hs.Serve(refusalListener{l}) }() // net/http's own refusals as problem documents
 	select {
 	case err := <-errc:
 		s.rt.Close(context.Background())
@@ -250,7 +269,17 @@ type executeRequest struct {
 	Input   json.RawMessage `json:"input"`
 	Version string          `json:"version"`
 	CallID  string          `json:"callId"`
+	// BypassIdempotency runs the call even though its Idempotency-Key
+	// holds a result (the execution boundary document's
+	// bypass_idempotency), for principals granted BypassCapability.
+	BypassIdempotency bool `json:"bypassIdempotency"`
 }
+
+// BypassCapability is the capability a principal needs to bypass an
+// Idempotency-Key over HTTP: unscoped for every tool, or scoped to one
+// tool id ("idempotency.bypass:file.write"). The policy grants it like any
+// other; a request cannot.
+const BypassCapability = "idempotency.bypass"
 
 var versionRE = regexp.MustCompile(`^[0-9A-Za-z.+-]{1,64}$`)
 var callIDRE = regexp.MustCompile(`^[0-9A-Za-z._:-]{1,128}$`)
@@ -281,8 +310,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusBadRequest, "bad-request", "Several Idempotency-Key headers", "send one", nil)
 		return
 	}
+	if req.BypassIdempotency && key == "" {
+		problem(w, http.StatusBadRequest, "bad-request", "Bypass without an Idempotency-Key", "bypassIdempotency bypasses the Idempotency-Key sent with it; send one", nil)
+		return
+	}
 	if _, err := s.rt.Registry().Lookup(name, req.Version); err != nil {
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		return
+	}
+	if req.BypassIdempotency && !s.mayBypass(w, who.Principal, name) {
 		return
 	}
 	release, ok := s.admit(w, who.Principal, name)
@@ -293,6 +329,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
+		BypassIdempotency: req.BypassIdempotency, // audited: every event of the call says so
 	}
 	// A client that disconnects does not cancel the invocation: it runs to
 	// its end (bounded by the tool's limits) and is recorded, so a retry
@@ -301,6 +338,23 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, inv)
 	s.answer(w, res, err)
+}
+
+// mayBypass reports whether the policy grants principal BypassCapability
+// for tool; if not, it answers 403 and nothing runs.
+func (s *Server) mayBypass(w http.ResponseWriter, principal, tool string) bool {
+	need := capability.Capability{Name: BypassCapability, Scope: tool}
+	d := s.rt.Policy().Decide(principal, tool, []capability.Capability{need}, nil, time.Now())
+	if d.Allowed() {
+		return true
+	}
+	detail := fmt.Sprintf("bypassing an Idempotency-Key needs the capability %s (or %s), which the policy does not grant %s; nothing ran", need, BypassCapability, principal)
+	if d.Reason != "" {
+		detail = fmt.Sprintf("bypassing an Idempotency-Key needs the capability %s: %s; nothing ran", need, d.Reason)
+	}
+	problem(w, http.StatusForbidden, "bypass-denied", "Idempotency bypass not allowed", detail,
+		map[string]any{"code": "bypass_denied", "missing": []string{need.String()}})
+	return false
 }
 
 // extendWriteDeadline lifts the server's write timeout for an execution's
@@ -333,6 +387,7 @@ func withoutStacks(res *tgruntime.Result) {
 
 // answer writes an invocation's outcome with the status a client acts on.
 func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error) {
+	defer s.checkStore() // whatever the answer, a store that failed meanwhile is logged
 	withoutStacks(res)
 	var ie *tgruntime.IdempotencyError
 	var se *tgruntime.StateError
@@ -357,9 +412,11 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
 		return
 	case res == nil && errors.As(err, &se):
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	case res == nil:
+		s.log.Error("toolgate: an invocation could not be run", "error", err)
 		problem(w, http.StatusInternalServerError, "internal", "Internal error", "the invocation could not be run; see the server's log", nil)
 		return
 	}
@@ -367,7 +424,24 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	if res.Error != nil {
 		ext["code"] = res.Error.Code
 	}
+	if parked := parkedWrites(res, err); len(parked) > 0 {
+		// Durably COMPLETED, but a file write is not where the caller will
+		// look: never a plain 200. The CLI exits 1 for the same case.
+		ext["result"], ext["code"] = parkedResult{res, parked}, "write_parked"
+		problem(w, http.StatusInternalServerError, "write-parked", "Committed, but a file write is not visible",
+			fmt.Sprintf("the call committed (COMPLETED, execution %s), but %d of its file writes are parked and not visible: renaming the data into place after the commit failed (%s). "+
+				"The data is kept on the server ('toolgate doctor' lists it); its operator must act. The call is recorded as done: a retry with its Idempotency-Key replays it",
+				res.ExecutionID, len(parked), strings.Join(parked, "; ")), ext)
+		return
+	}
 	switch {
+	case errors.Is(err, tgruntime.ErrClosed) && !ranTool(res):
+		// Stopped by the shutdown before its tool ran: recorded, but not an
+		// outcome to keep. The runtime freed its idempotency key, so the
+		// answer is a retry, not a final 200 ROLLED_BACK.
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down",
+			"the server stopped this call before its tool ran: nothing ran, and its Idempotency-Key, if it had one, is free; retry it", ext)
 	case res.State == lifecycle.Denied:
 		problem(w, http.StatusForbidden, "denied", "Denied", errorMessage(res), ext)
 	case res.State == lifecycle.Failed:
@@ -376,15 +450,83 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "resource-unavailable", "Resource unavailable", errorMessage(res), ext)
 	case res.Error != nil && res.Error.Type == "StateError":
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, ext)
 	default:
 		writeJSON(w, http.StatusOK, res) // COMPLETED, or a tool-level failure carried in the result
 	}
 }
 
+// parkedResult is a result whose committed file writes were parked: each
+// entry of ParkedWrites says which file and why.
+type parkedResult struct {
+	*tgruntime.Result
+	ParkedWrites []string `json:"parkedWrites"`
+}
+
+// parkedWrites returns why each of the file writes of a COMPLETED result
+// could not be made visible after its commit (the runtime parks them), or
+// nil. A failure of the store while forgetting the renames is not a parked
+// write: the store's own failure is answered and logged as such.
+func parkedWrites(res *tgruntime.Result, err error) []string {
+	var se *tgruntime.StateError
+	if res.State != lifecycle.Completed || !errors.As(err, &se) || se.Op != "apply staged writes" {
+		return nil
+	}
+	errs := []error{se.Err}
+	if j, ok := se.Err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var out []string
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, txn.ErrPoisoned) {
+			out = append(out, apiDetail(e.Error()))
+		}
+	}
+	return out
+}
+
+// ranTool reports whether an attempt of res reached EXECUTING: its tool
+// was started. A call none of whose attempts did ran nothing.
+func ranTool(res *tgruntime.Result) bool {
+	for _, a := range res.Attempts {
+		for _, t := range a.Transitions {
+			if t.To == lifecycle.Executing {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // storeDetail is all a caller learns of a store failure: the server's
-// operator has the rest (toolgate doctor, the records).
+// operator has the rest (the server's log, toolgate doctor, the records).
 const storeDetail = "the server's store cannot take more work now; its operator must act"
+
+// checkStore reports whether the runtime's store refuses all work (a
+// commit failed: a full disk, a read-only file system, an I/O error) and
+// logs why the first time it sees it: once, however many requests are
+// then refused. The cause says what to fix; the store works again only
+// once reopened, so the server stays not ready until it is restarted.
+func (s *Server) checkStore() bool {
+	err := s.rt.Err()
+	if err == nil {
+		return false
+	}
+	if s.storeLogged.CompareAndSwap(false, true) {
+		s.log.Error("toolgate: the store failed; executions are refused and /readyz answers 503 until the server is restarted",
+			"cause", strings.TrimPrefix(err.Error(), "txn: "))
+	}
+	return true
+}
+
+// storeFailed logs a store failure a request was refused for: the store's
+// poisoning once (checkStore), any other failure as it happens.
+func (s *Server) storeFailed(err error) {
+	if !s.checkStore() {
+		s.log.Error("toolgate: a store operation failed", "error", err)
+	}
+}
 
 func errorMessage(res *tgruntime.Result) string {
 	if res.Error == nil {
@@ -559,6 +701,7 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 		problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
 			"the record stored under this id is damaged or was changed outside toolgate; run 'toolgate audit verify'", nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		// A record is shown only as the audit log proves it.
@@ -605,6 +748,7 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ve):
 		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", err.Error(), nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusCreated, in)
@@ -626,6 +770,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ie):
 		problem(w, http.StatusConflict, "intent-decided", "Already decided", err.Error(), nil)
 	case err != nil:
+		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
 		writeJSON(w, http.StatusOK, in)
@@ -702,7 +847,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "", nil)
 		return
 	}
-	if err := s.rt.Err(); err != nil {
+	if s.checkStore() {
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 		return
 	}
@@ -780,7 +925,11 @@ func recoverer(h http.Handler) http.Handler {
 		}()
 		// No redirects to a cleaned path: a request names its endpoint
 		// exactly, or is refused.
-		if p := r.URL.Path; p == "" || path.Clean(p) != p {
+		switch p := r.URL.Path; {
+		case !strings.HasPrefix(p, "/"): // "*" (PRI * HTTP/2.0), or CONNECT's host:port
+			problem(w, http.StatusBadRequest, "bad-path", "Not a path", "the request target must be a path beginning with '/'", nil)
+			return
+		case path.Clean(p) != p:
 			problem(w, http.StatusBadRequest, "bad-path", "Unclean path", "the path has '..', '.', '//' or a trailing '/'", nil)
 			return
 		}

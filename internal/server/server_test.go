@@ -109,6 +109,12 @@ func newFixture(t *testing.T, cfg *server.Config, opts *server.Options) *fixture
 // newFixtureWith is newFixture with the runtime's commits synced or not.
 func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSync bool, adjust ...func(*tgruntime.Options)) *fixture {
 	t.Helper()
+	return newFixtureAt(t, filepath.Join(t.TempDir(), "toolgate.db"), cfg, opts, noSync, adjust...)
+}
+
+// newFixtureAt is newFixtureWith with the database at path.
+func newFixtureAt(t *testing.T, path string, cfg *server.Config, opts *server.Options, noSync bool, adjust ...func(*tgruntime.Options)) *fixture {
+	t.Helper()
 	g := newGate()
 	t.Cleanup(g.open)
 	reg := tools.NewRegistry()
@@ -124,7 +130,6 @@ func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSy
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "toolgate.db")
 	ropts := &tgruntime.Options{Registry: reg, Policy: policy, NoSync: noSync}
 	if opts != nil {
 		ropts.TracerProvider = opts.TracerProvider
