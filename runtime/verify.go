@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,39 +40,46 @@ func (d Discrepancy) String() string {
 	return fmt.Sprintf("%s %s: %s: %s", d.Kind, d.ID, d.Field, d.Detail)
 }
 
-// auditSlack bounds how long before its first recorded time a record's
-// events are searched for (see [txn.Store.AuditSearch]): events are
-// committed after the time they carry, by at most a few fsyncs in
-// practice. A clock set back by more than this makes a record's events
-// unfindable: the record is then reported as unproven, never as proven.
+// auditSlack widens the window of the log in which a record's events are
+// searched for (see [txn.Store.AuditSearch]) on both sides of the times
+// the record gives: events are committed after the time they carry, by at
+// most a few fsyncs in practice. A clock set back by more than this, or a
+// record whose times were changed, makes its events unfindable: the record
+// is then reported as unproven, never as proven.
 const auditSlack = 10 * time.Minute
 
 // VerifyExecution checks one execution record against its audit events,
-// searched from the end of the log back to shortly before the record
-// began. It returns what disagrees (nothing when the log proves the
+// searched for in the part of the log written while the record's attempt
+// ran (its first to its last recorded time, widened by ten minutes each
+// side): the cost does not grow with the log. It returns what disagrees (nothing when the log proves the
 // record), or an error if the log cannot be read.
 func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]Discrepancy, error) {
-	notBefore := rec.StartedAt.Add(-auditSlack)
+	from, to := rec.StartedAt, rec.StartedAt
 	for _, t := range rec.Transitions {
-		if t.At.Before(rec.StartedAt) {
-			notBefore = t.At.Add(-auditSlack)
+		if t.At.Before(from) {
+			from = t.At
+		}
+		if t.At.After(to) {
+			to = t.At
 		}
 	}
-	type seqEvent struct {
-		seq uint64
-		ev  audit.Event
+	if rec.EndedAt.After(to) {
+		to = rec.EndedAt
 	}
-	var found []seqEvent
+	if rec.State == string(lifecycle.Executing) {
+		to = time.Now() // in flight: recovery may add events at any time
+	}
+	var evs []audit.Event
 	needle := `"executionId":"` + rec.ExecutionID + `"`
 	var derr error
-	err := store.AuditSearch(ctx, needle, notBefore.UnixMilli(), func(e txn.AuditEntry) bool {
+	err := store.AuditSearch(ctx, needle, from.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
 		var ev audit.Event
 		if err := json.Unmarshal(e.Event, &ev); err != nil {
 			derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
 			return true
 		}
 		if ev.ExecutionID == rec.ExecutionID && ev.Intent == nil {
-			found = append(found, seqEvent{e.Seq, ev})
+			evs = append(evs, ev)
 		}
 		return false
 	})
@@ -82,12 +88,6 @@ func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]
 	}
 	if derr != nil {
 		return []Discrepancy{{Kind: "execution", ID: rec.ExecutionID, Field: "events", Detail: derr.Error()}}, nil
-	}
-	// Found newest group first: put them back in log order.
-	slices.SortFunc(found, func(a, b seqEvent) int { return cmp.Compare(a.seq, b.seq) })
-	evs := make([]audit.Event, len(found))
-	for i, f := range found {
-		evs[i] = f.ev
 	}
 	return compareExecution(rec.ExecutionID, rec, evs), nil
 }
@@ -215,42 +215,25 @@ type intentEvents struct {
 // execution. It returns what disagrees, or an error if the log cannot be
 // read.
 func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
-	ie, err := searchIntent(ctx, store, in.ID, in.ProposedAt)
-	if err != nil {
-		return nil, err
+	to := in.ProposedAt
+	if in.Decision != nil && in.Decision.At.After(to) {
+		to = in.Decision.At
 	}
-	return compareIntent(in, ie), nil
-}
-
-func searchIntent(ctx context.Context, store *txn.Store, id string, proposed time.Time) (*intentEvents, error) {
+	if in.Execution != nil && in.Execution.At.After(to) {
+		to = in.Execution.At
+	}
 	ie := &intentEvents{}
-	var groups [][]audit.Event
-	var cur []audit.Event
-	lastSeq := uint64(0)
-	err := store.AuditSearch(ctx, id, proposed.Add(-auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
+	err := store.AuditSearch(ctx, in.ID, in.ProposedAt.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
 		var ev audit.Event
-		if json.Unmarshal(e.Event, &ev) != nil {
-			return false
+		if json.Unmarshal(e.Event, &ev) == nil {
+			ie.add(in.ID, ev)
 		}
-		if lastSeq != 0 && e.Seq != lastSeq+1 {
-			groups = append(groups, cur)
-			cur = nil
-		}
-		lastSeq = e.Seq
-		cur = append(cur, ev)
 		return false
 	})
 	if err != nil {
 		return nil, err
 	}
-	groups = append(groups, cur)
-	slices.Reverse(groups) // newest group first: back to log order
-	for _, g := range groups {
-		for _, ev := range g {
-			ie.add(id, ev)
-		}
-	}
-	return ie, nil
+	return compareIntent(in, ie), nil
 }
 
 func (ie *intentEvents) add(id string, ev audit.Event) {

@@ -131,6 +131,14 @@ func TestVerifyRecords_DetectsTampering(t *testing.T) {
 			ok.Capabilities = nil
 			return putRecord(ok.ExecutionID, ok)
 		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "capabilities"},
+		{"times set a day back", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
+			day := -24 * time.Hour
+			ok.StartedAt, ok.EndedAt = ok.StartedAt.Add(day), ok.EndedAt.Add(day)
+			for i := range ok.Transitions {
+				ok.Transitions[i].At = ok.Transitions[i].At.Add(day)
+			}
+			return putRecord(ok.ExecutionID, ok)
+		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "transitions"},
 		{"deleted record", func(ok, _, _ *txn.Record) func(*bolt.Tx) error {
 			return func(tx *bolt.Tx) error { return tx.Bucket([]byte("executions")).Delete([]byte(ok.ExecutionID)) }
 		}, func(ok, _, _ *txn.Record) string { return ok.ExecutionID }, "record"},

@@ -3,6 +3,7 @@ package txn
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -10,19 +11,21 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// AuditSearch walks the audit log from its newest entries back, in one read
-// transaction, and calls fn with each entry of every group whose stored
-// bytes contain needle, newest group first and in log order within a
-// group. fn returns true to stop the walk. The walk also stops at the
-// first group whose events all have timestamps (Unix milliseconds) before
-// notBefore: a group is committed after every event in it was made, so no
-// earlier group can hold an event made after notBefore.
+// AuditSearch calls fn, in log order, with each entry of every group of
+// the audit log whose stored bytes contain needle, among the groups that
+// can hold an event made between the times from and to (Unix
+// milliseconds), in one read transaction. fn returns true to stop.
 //
-// It is how one record is checked against its events (by the execution or
-// intent id they name) without an index: the cost is the part of the log
-// written since notBefore, scanned as bytes; only groups that hold needle
-// are decoded. A group that does not decode is an ErrCorrupt error.
-func (s *Store) AuditSearch(ctx context.Context, needle string, notBefore int64, fn func(AuditEntry) bool) error {
+// A group is committed after every event in it was made, and groups are
+// committed in order: the search finds the first group holding an event
+// made at or after from by a binary search over the log (assuming clocks
+// that do not jump back), and stops at the first group whose events were
+// all made after to. Callers widen the window by the slack they allow
+// between an event's time and its commit. Only groups that contain
+// needle are decoded; the cost is O(log n) plus the groups of the window,
+// scanned as bytes, whatever the size of the log. A group that does not
+// decode is an ErrCorrupt error.
+func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, fn func(AuditEntry) bool) error {
 	if needle == "" {
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
@@ -33,8 +36,36 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, notBefore int64,
 			return nil
 		}
 		c := log.Cursor()
-		i := 0
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+		// The first group (by its first seq) that has an event made at or
+		// after from: every group before it was committed before from.
+		lo, hi := uint64(1), uint64(1)
+		if k, _ := c.Last(); k != nil {
+			for ; k != nil && len(k) != 8; k, _ = c.Prev() {
+			}
+			if k != nil {
+				hi = binary.BigEndian.Uint64(k) + 1
+			}
+		}
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			k, v := c.Seek(binary.BigEndian.AppendUint64(nil, mid))
+			if k == nil || len(k) != 8 {
+				hi = mid
+				continue
+			}
+			if _, max := timestamps(v); max < from {
+				lo = binary.BigEndian.Uint64(k) + 1
+			} else {
+				hi = mid
+			}
+		}
+		k, v := c.Seek(binary.BigEndian.AppendUint64(nil, lo))
+		if pk, pv := c.Prev(); pk != nil && len(pk) == 8 {
+			k, v = pk, pv // the group holding lo starts before it
+		} else {
+			k, v = c.Seek(binary.BigEndian.AppendUint64(nil, lo))
+		}
+		for i := 0; k != nil; k, v = c.Next() {
 			if len(k) != 8 || v == nil {
 				continue // the head
 			}
@@ -43,32 +74,36 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, notBefore int64,
 					return err
 				}
 			}
-			if bytes.Contains(v, n) {
-				var group []AuditEntry
-				if err := json.Unmarshal(v, &group); err != nil {
-					return fmt.Errorf("%w: audit entries at %x: %v", ErrCorrupt, k, err)
-				}
-				for _, e := range group {
-					if fn(e) {
-						return nil
-					}
-				}
-			}
-			if maxTimestamp(v) < notBefore {
+			min, max := timestamps(v)
+			if min > to {
 				return nil
+			}
+			if max < from || !bytes.Contains(v, n) {
+				continue
+			}
+			var group []AuditEntry
+			if err := json.Unmarshal(v, &group); err != nil {
+				return fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, binary.BigEndian.Uint64(k), err)
+			}
+			for _, e := range group {
+				if fn(e) {
+					return nil
+				}
 			}
 		}
 		return nil
 	})
 }
 
-// maxTimestamp returns the greatest "timestamp" of the events in a stored
-// group, read from its bytes without decoding them: the pattern cannot
-// occur inside a JSON string, whose quotes are escaped. A group without one
-// gives the largest value, so that a damaged group never ends a search.
-func maxTimestamp(group []byte) int64 {
+// timestamps returns the least and the greatest "timestamp" of the events
+// in a stored group, read from its bytes without decoding them: the pattern
+// cannot occur inside a JSON string, whose quotes are escaped. A group
+// without one (damaged) gives the widest range, so that it never ends or
+// narrows a search.
+func timestamps(group []byte) (min, max int64) {
 	const key = `"timestamp":`
-	max, found := int64(0), false
+	min, max = 1<<63-1, -1<<63
+	found := false
 	for {
 		i := bytes.Index(group, []byte(key))
 		if i < 0 {
@@ -81,16 +116,20 @@ func maxTimestamp(group []byte) int64 {
 		}
 		ts, err := strconv.ParseInt(string(group[:j]), 10, 64)
 		if err != nil {
-			return 1<<63 - 1
+			return -1 << 63, 1<<63 - 1
 		}
-		if !found || ts > max {
-			max, found = ts, true
+		found = true
+		if ts < min {
+			min = ts
+		}
+		if ts > max {
+			max = ts
 		}
 	}
 	if !found {
-		return 1<<63 - 1
+		return -1 << 63, 1<<63 - 1
 	}
-	return max
+	return min, max
 }
 
 // WalkRecords calls fn with the execution records (final ones and claims)
