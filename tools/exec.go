@@ -82,6 +82,27 @@ type ExecResult struct {
 	StderrTruncated bool     `json:"stderr_truncated"`
 }
 
+// ProcessOutcome returns the process result a call of t produced, when t
+// runs a process and returns an [ExecResult] (exec_status, exec_capture,
+// exec_with_input, exec, and the tools of a registry file); ok is false for
+// every other tool (which_command included: it runs nothing) and for an
+// output that is not such a result. A caller that reports to a person uses
+// it to say how the command ended: a COMPLETED call whose command exited
+// non-zero is an execution that failed (the execution adapter document
+// (000)).
+func ProcessOutcome(t Tool, output []byte) (res *ExecResult, ok bool) {
+	switch t.(type) {
+	case previewTool, *fileTool:
+	default:
+		return nil, false
+	}
+	var r ExecResult
+	if err := json.Unmarshal(output, &r); err != nil || r.Operation == "" {
+		return nil, false
+	}
+	return &r, true
+}
+
 // ArgumentError reports an input value a process tool refuses to pass to a
 // process, before anything runs. It wraps ErrInvalidValue; the tools return
 // it inside a *ProcessError of kind "invalid_argument".
