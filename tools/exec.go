@@ -16,13 +16,14 @@ import (
 	"github.com/toolgate/toolgate/internal/proc"
 )
 
-// The process tools of spec 004 (bounded, intention-revealing alternatives
-// to a bare exec). Each runs one program through Env.Run: argv only, never
-// a shell; the command resolved to an absolute path in the Env's search
-// path; an environment of PATH plus the input's env entries and nothing
-// inherited; a working directory inside a granted filesystem scope (none
-// given: a fresh empty directory); the process group killed at the
-// deadline; output captured up to a cap while the pipes keep draining.
+// The process tools of the bounded process tools document (004): bounded,
+// intention-revealing alternatives to a bare exec. Each runs one program
+// through Env.Run: argv only, never a shell; the command resolved to an
+// absolute path in the Env's search path; an environment of PATH plus the
+// input's env entries and nothing inherited; a working directory inside a
+// granted filesystem scope (none given: a fresh empty directory); the
+// process group killed at the deadline; output captured up to a cap while
+// the pipes keep draining.
 //
 // Outcomes: a process that ran is data, a COMPLETED invocation whose
 // result says success, exit_code, signal and timed_out (a run stopped by
@@ -59,7 +60,7 @@ const (
 )
 
 // ExecResult is the result of every process tool but which_command, the
-// shape of spec 004 section 5. Its fields are always present and in this
+// shape of the bounded process tools document (004) section 5. Its fields are always present and in this
 // order, except Stdout and StdoutTruncated, which exec_status leaves out.
 // Stdout and Stderr are the kept bytes as text, invalid UTF-8 replaced by
 // U+FFFD; the byte counts are of everything the process wrote.
@@ -491,8 +492,9 @@ func whichCommand() Tool {
 	})
 }
 
-// ProcessTools returns the process tools of spec 004: which_command,
-// exec_status, exec_capture, exec_with_input and exec.
+// ProcessTools returns the process tools of the bounded process tools
+// document (004): which_command, exec_status, exec_capture,
+// exec_with_input and exec.
 func ProcessTools() []Tool {
 	timeout := fmt.Sprintf(schemaTimeout, int(execMaxTime/time.Second))
 	caps := fmt.Sprintf(schemaMaxOut, execDefaultCap, execMaxCap)

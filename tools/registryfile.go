@@ -73,12 +73,13 @@ const maxRegistryFile = 16 << 20
 //	    deterministic: true             # optional, default false
 //	    requires_approval: true         # optional, default false: runs only as an approved intent
 //
-// The output is the process result of spec 004 section 5 ([ExecResult]
-// with stdout); an output_schema, when given, must accept it. A process
-// that ran is data (success, exit_code, timed_out); one that did not start
-// fails the attempt with a *ProcessError, and a value the template may not
-// place (a leading "-" before "--", a NUL byte) fails it with a
-// *ProcessError of kind "invalid_argument" before anything runs.
+// The output is the process result of the bounded process tools document
+// (004) section 5 ([ExecResult] with stdout); an output_schema, when given,
+// must accept it. A process that ran is data (success, exit_code,
+// timed_out); one that did not start fails the attempt with a
+// *ProcessError, and a value the template may not place (a leading "-"
+// before "--", a NUL byte) fails it with a *ProcessError of kind
+// "invalid_argument" before anything runs.
 func LoadRegistryFile(path string, base ...Tool) (*Registry, error) {
 	f, err := os.Open(path)
 	if err != nil {
