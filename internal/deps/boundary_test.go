@@ -297,7 +297,21 @@ func goList(t *testing.T, dir string, args ...string) []*pkgMeta {
 	return pkgs
 }
 
+// shared is the loader the tests share: listing the module and
+// type-checking its packages is the slow part (seconds under -race), and
+// what it loads does not change while the tests run. Tests using it must
+// not run in parallel (go/types importers are not safe for concurrent use).
+var shared *loader
+
 func newLoader(t *testing.T) *loader {
+	t.Helper()
+	if shared == nil {
+		shared = loadModule(t)
+	}
+	return shared
+}
+
+func loadModule(t *testing.T) *loader {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
