@@ -2,6 +2,8 @@ package lifecycle_test
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,8 +51,9 @@ func machineIn(t *testing.T, s lifecycle.State) *lifecycle.Machine {
 	return m
 }
 
-// The transition table of DESIGN.md, written out independently of Table so
-// that a change to either is caught.
+// The transition table of docs/architecture.md ("The lifecycle"), written
+// out independently of Table so that a change to either is caught; the
+// document's table is checked against it too.
 var want = map[lifecycle.State]map[lifecycle.Event]lifecycle.State{
 	lifecycle.Declared:   {lifecycle.EventValid: lifecycle.Validated, lifecycle.EventInvalid: lifecycle.Failed},
 	lifecycle.Validated:  {lifecycle.EventGranted: lifecycle.Authorized, lifecycle.EventDenied: lifecycle.Denied},
@@ -73,6 +76,32 @@ func TestTable_MatchesDesign(t *testing.T) {
 	}
 	if n != total {
 		t.Errorf("table has %d transitions, design has %d", n, total)
+	}
+
+	// The document says the same: every row is a transition of want, and
+	// there are as many.
+	doc, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rows, ok := strings.Cut(string(doc), "\n| from | event | to | when |\n| --- | --- | --- | --- |\n")
+	if !ok {
+		t.Fatal("docs/architecture.md has no transition table (| from | event | to | when |)")
+	}
+	documented := 0
+	for line := range strings.Lines(rows) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if !strings.HasPrefix(line, "| ") || len(cells) != 4 {
+			break
+		}
+		from, ev, to := lifecycle.State(strings.TrimSpace(cells[0])), lifecycle.Event(strings.TrimSpace(cells[1])), lifecycle.State(strings.TrimSpace(cells[2]))
+		if got, ok := want[from][ev]; !ok || got != to {
+			t.Errorf("docs/architecture.md has %s --%s--> %s, design says %q", from, ev, to, got)
+		}
+		documented++
+	}
+	if documented != total {
+		t.Errorf("docs/architecture.md lists %d transitions, design has %d", documented, total)
 	}
 }
 

@@ -7,6 +7,16 @@
 //
 //	import tgruntime "github.com/toolgate/toolgate/runtime"
 //
+// # The single execution boundary
+//
+// [Runtime.Execute] is the only place a tool runs (the single execution
+// boundary document (003)): nothing else in the module calls a tool's
+// Execute method or its body, so every run is validated, authorized,
+// transactional and recorded. The HTTP server, the CLI and the benchmark
+// engine all go through it. internal/deps.TestExecutionBoundary holds the
+// rule over the module's code; the tools package documentation says where
+// its own code and tests are the exception.
+//
 // # Enforcement order
 //
 // [Runtime.Execute] applies the enforcement rules of RFC-0001 section 5 in

@@ -21,13 +21,13 @@
 //
 // # Process tools
 //
-// [ProcessTools] are the tools of spec 004: which_command, exec_status,
-// exec_capture, exec_with_input and exec (the compatibility path). They run
-// one program through [Env.Run] (argv only, never a shell; the command
-// resolved to an absolute path; an environment allowlist; the process
-// group killed at the deadline; output capped while the pipes drain) and
-// return an [ExecResult]. A process that ran is data, a launch failure is a
-// [*ProcessError].
+// [ProcessTools] are the tools of the bounded process tools document
+// (004): which_command, exec_status, exec_capture, exec_with_input and exec
+// (the compatibility path). They run one program through [Env.Run] (argv
+// only, never a shell; the command resolved to an absolute path; an
+// environment allowlist; the process group killed at the deadline; output
+// capped while the pipes drain) and return an [ExecResult]. A process that
+// ran is data, a launch failure is a [*ProcessError].
 //
 // # Registry files
 //
@@ -63,6 +63,16 @@
 // leads nowhere else. A staged write creates its file next to the target
 // (O_EXCL) and renames it over the target's name, which replaces a link
 // swapped in there rather than following it.
+//
+// # Who runs a tool
+//
+// A tool runs only through the runtime's Execute, the single execution
+// boundary (see the runtime package). No package of the module but runtime
+// calls [Tool.Execute] or a tool's [RawFunc] or [TypedFunc] body; within
+// this package, a tool's Execute calls its own body and never another
+// tool, and only this package's tests run a tool directly, on an [Env]
+// they build, as unit tests. internal/deps.TestExecutionBoundary scans the
+// module's code, tests included, and fails on any other call.
 //
 // # Trust
 //

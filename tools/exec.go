@@ -16,13 +16,14 @@ import (
 	"github.com/toolgate/toolgate/internal/proc"
 )
 
-// The process tools of spec 004 (bounded, intention-revealing alternatives
-// to a bare exec). Each runs one program through Env.Run: argv only, never
-// a shell; the command resolved to an absolute path in the Env's search
-// path; an environment of PATH plus the input's env entries and nothing
-// inherited; a working directory inside a granted filesystem scope (none
-// given: a fresh empty directory); the process group killed at the
-// deadline; output captured up to a cap while the pipes keep draining.
+// The process tools of the bounded process tools document (004): bounded,
+// intention-revealing alternatives to a bare exec. Each runs one program
+// through Env.Run: argv only, never a shell; the command resolved to an
+// absolute path in the Env's search path; an environment of PATH plus the
+// input's env entries and nothing inherited; a working directory inside a
+// granted filesystem scope (none given: a fresh empty directory); the
+// process group killed at the deadline; output captured up to a cap while
+// the pipes keep draining.
 //
 // Outcomes: a process that ran is data, a COMPLETED invocation whose
 // result says success, exit_code, signal and timed_out (a run stopped by
@@ -59,7 +60,7 @@ const (
 )
 
 // ExecResult is the result of every process tool but which_command, the
-// shape of spec 004 section 5. Its fields are always present and in this
+// shape of the bounded process tools document (004) section 5. Its fields are always present and in this
 // order, except Stdout and StdoutTruncated, which exec_status leaves out.
 // Stdout and Stderr are the kept bytes as text, invalid UTF-8 replaced by
 // U+FFFD; the byte counts are of everything the process wrote.
@@ -80,6 +81,27 @@ type ExecResult struct {
 	StderrBytes     int64    `json:"stderr_bytes"`
 	StdoutTruncated *bool    `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool     `json:"stderr_truncated"`
+}
+
+// ProcessOutcome returns the process result a call of t produced, when t
+// runs a process and returns an [ExecResult] (exec_status, exec_capture,
+// exec_with_input, exec, and the tools of a registry file); ok is false for
+// every other tool (which_command included: it runs nothing) and for an
+// output that is not such a result. A caller that reports to a person uses
+// it to say how the command ended: a COMPLETED call whose command exited
+// non-zero is an execution that failed (the execution adapter document
+// (000)).
+func ProcessOutcome(t Tool, output []byte) (res *ExecResult, ok bool) {
+	switch t.(type) {
+	case previewTool, *fileTool:
+	default:
+		return nil, false
+	}
+	var r ExecResult
+	if err := json.Unmarshal(output, &r); err != nil || r.Operation == "" {
+		return nil, false
+	}
+	return &r, true
 }
 
 // ArgumentError reports an input value a process tool refuses to pass to a
@@ -396,15 +418,23 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 	}
 }
 
-// WhichCommandResult is the result of which_command.
+// WhichCommandResult is the result of which_command. It carries the
+// structured fields every process tool returns (the bounded process tools
+// document (004) section 5): operation, command, args and cwd (always
+// empty: it runs nothing, so it passes no arguments and has no working
+// directory) and duration_ms.
 type WhichCommandResult struct {
-	Found      bool   `json:"found"`
-	Command    string `json:"command"`     // as given
-	Path       string `json:"path"`        // the absolute path; "" when not found
-	ResolvedBy string `json:"resolved_by"` // "absolute path" or "PATH entry /usr/bin"; "" when not found
-	SearchPath string `json:"search_path"` // where a bare name was looked up
-	Granted    bool   `json:"granted"`     // the attempt's process.exec grants cover it
-	Reason     string `json:"reason"`      // why it was not found; ""
+	Found      bool     `json:"found"`
+	Operation  string   `json:"operation"`   // which_command
+	Command    string   `json:"command"`     // as given
+	Args       []string `json:"args"`        // always empty
+	Cwd        string   `json:"cwd"`         // always ""
+	Path       string   `json:"path"`        // the absolute path; "" when not found
+	ResolvedBy string   `json:"resolved_by"` // "absolute path" or "PATH entry /usr/bin"; "" when not found
+	SearchPath string   `json:"search_path"` // where a bare name was looked up
+	Granted    bool     `json:"granted"`     // the attempt's process.exec grants cover it
+	DurationMS int64    `json:"duration_ms"` // wall time of the resolution
+	Reason     string   `json:"reason"`      // why it was not found; ""
 }
 
 func whichCommand() Tool {
@@ -417,29 +447,35 @@ func whichCommand() Tool {
   "type": "object",
   "properties": {
     "found": {"type": "boolean", "description": "An executable was found"},
+    "operation": {"type": "string", "description": "The tool: which_command"},
     "command": {"type": "string", "description": "The command as given"},
+    "args": {"type": "array", "description": "Arguments passed: none, nothing runs", "maxItems": 0, "items": {"type": "string"}},
+    "cwd": {"type": "string", "description": "Working directory: none, nothing runs", "maxLength": 0},
     "path": {"type": "string", "description": "The absolute path it resolves to; empty when not found"},
     "resolved_by": {"type": "string", "description": "How: absolute path, or the PATH entry it was found in; empty when not found"},
     "search_path": {"type": "string", "description": "The search path a bare name is looked up in (absolute entries only)"},
     "granted": {"type": "boolean", "description": "The process.exec grants of this call allow running it"},
+    "duration_ms": {"type": "integer", "description": "Wall time of the resolution in milliseconds", "minimum": 0},
     "reason": {"type": "string", "description": "Why it was not found; empty when found"}
   },
-  "required": ["found", "command", "path", "resolved_by", "search_path", "granted", "reason"],
+  "required": ["found", "operation", "command", "args", "cwd", "path", "resolved_by", "search_path", "granted", "duration_ms", "reason"],
   "additionalProperties": false
 }`),
 		RequiredCapabilities: []capability.Capability{{Name: "process.exec"}},
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: 5 * time.Second},
-		Deterministic:        true,
-		Idempotent:           true,
+		// Not Deterministic: duration_ms is wall time, so two calls with one
+		// input may return different outputs, as for the other process tools.
+		Idempotent: true,
 	}
 	return NewTyped(decl, func(ctx context.Context, env *Env, in struct {
 		Command string `json:"command"`
 	}) (WhichCommandResult, error) {
+		start := time.Now()
 		search := env.SearchPath
 		if search == "" {
 			search = DefaultSearchPath
 		}
-		out := WhichCommandResult{Command: in.Command, SearchPath: search}
+		out := WhichCommandResult{Operation: WhichCommandID, Command: in.Command, Args: []string{}, SearchPath: search}
 		abs, how, err := proc.Resolve(in.Command, search)
 		if err != nil {
 			var le *proc.LaunchError
@@ -447,16 +483,18 @@ func whichCommand() Tool {
 				return out, err
 			}
 			out.Reason = string(le.Kind) + ": " + le.Reason
-			return out, nil
+		} else {
+			out.Found, out.Path, out.ResolvedBy = true, abs, how
+			out.Granted = env.allowCommand(in.Command, abs) == nil
 		}
-		out.Found, out.Path, out.ResolvedBy = true, abs, how
-		out.Granted = env.allowCommand(in.Command, abs) == nil
+		out.DurationMS = time.Since(start).Milliseconds()
 		return out, nil
 	})
 }
 
-// ProcessTools returns the process tools of spec 004: which_command,
-// exec_status, exec_capture, exec_with_input and exec.
+// ProcessTools returns the process tools of the bounded process tools
+// document (004): which_command, exec_status, exec_capture,
+// exec_with_input and exec.
 func ProcessTools() []Tool {
 	timeout := fmt.Sprintf(schemaTimeout, int(execMaxTime/time.Second))
 	caps := fmt.Sprintf(schemaMaxOut, execDefaultCap, execMaxCap)

@@ -1,6 +1,7 @@
 package tools_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -449,6 +451,74 @@ func TestWhichCommand(t *testing.T) {
 	}
 }
 
+// which_command returns the structured fields every process tool returns
+// (the bounded process tools document (004) section 5): operation,
+// command, args, cwd and duration_ms, in the order the other tools have
+// them, found or not.
+func TestWhichCommand_StructuredFields(t *testing.T) {
+	exe := childBinary(t)
+	rt := openExecRuntime(t, caps(t, "process.exec:"+exe, "filesystem.read"))
+	common := []string{"operation", "command", "args", "cwd", "duration_ms"}
+	res, err := execute(t, rt, tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"exit", "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOrder := keyOrder(t, res.Output, common)
+	if len(wantOrder) != len(common) {
+		t.Fatalf("exec_capture: %s", res.Output)
+	}
+	for _, command := range []string{exe, "toolgate-no-such-command"} {
+		res, err := execute(t, rt, tools.WhichCommandID, map[string]any{"command": command})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(res.Output, &out); err != nil {
+			t.Fatal(err)
+		}
+		args, ok := out["args"].([]any)
+		if out["operation"] != tools.WhichCommandID || out["command"] != command || !ok || len(args) != 0 || out["cwd"] != "" {
+			t.Errorf("%s: %s; want operation which_command, the command, no args, no cwd", command, res.Output)
+		}
+		if d, ok := out["duration_ms"].(float64); !ok || d < 0 {
+			t.Errorf("%s: duration_ms %v", command, out["duration_ms"])
+		}
+		if got := keyOrder(t, res.Output, common); !slices.Equal(got, wantOrder) {
+			t.Errorf("%s: fields in the order %v, the other process tools %v", command, got, wantOrder)
+		}
+	}
+	// duration_ms is wall time: a tool returning it cannot promise one
+	// output per input.
+	if toolByID(t, tools.WhichCommandID).Declaration().Deterministic {
+		t.Error("which_command is declared deterministic, but returns duration_ms")
+	}
+}
+
+// keyOrder returns the keys of the JSON object raw that are in keys, in
+// the order raw has them.
+func keyOrder(t *testing.T, raw []byte, keys []string) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not an object: %s", raw)
+	}
+	var out []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k := tok.(string); slices.Contains(keys, k) {
+			out = append(out, k)
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
 // The command must be granted (by name or by a path scope covering it),
 // and the working directory must be inside a granted filesystem scope.
 func TestExecTools_Grants(t *testing.T) {
@@ -488,6 +558,9 @@ func TestExecTools_Replay(t *testing.T) {
 		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"flood", "5000"}, "max_stdout_bytes": 100, "max_stderr_bytes": 10}},
 		{tools.ExecWithInputID, map[string]any{"command": exe, "args": []string{"cat"}, "stdin": "abc"}},
 		{tools.ExecID, map[string]any{"command": exe, "args": []string{"env"}}},
+		// Stopped by timeout_seconds: the partial output, timed_out and the
+		// signal replay too.
+		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"sleep", "60"}, "timeout_seconds": 0.2}},
 		{tools.WhichCommandID, map[string]any{"command": exe}},
 	} {
 		var outs [2]string
@@ -498,8 +571,11 @@ func TestExecTools_Replay(t *testing.T) {
 			}
 			var m map[string]json.RawMessage
 			json.Unmarshal(res.Output, &m)
-			if _, ok := m["duration_ms"]; !ok && tc.tool != tools.WhichCommandID {
+			if _, ok := m["duration_ms"]; !ok {
 				t.Fatalf("%s: no duration_ms in %s", tc.tool, res.Output)
+			}
+			if to, ok := tc.input["timeout_seconds"]; ok && (string(m["timed_out"]) != "true" || string(m["stdout"]) != `"partial\n"`) {
+				t.Fatalf("%s with timeout_seconds %v: %s; want timed_out with the partial output", tc.tool, to, res.Output)
 			}
 			// Blank the one field allowed to differ, keeping the byte
 			// order of everything else.

@@ -69,15 +69,17 @@ const maxRegistryFile = 16 << 20
 //	    limits: {max_execution_time: 10s, max_memory: 0, max_file_size: 0, max_output_bytes: 0, max_concurrent: 0}
 //	    max_stdout_bytes: 65536         # optional, per stream, at most 1 MiB
 //	    max_stderr_bytes: 65536
-//	    idempotent: true
-//	    deterministic: true
+//	    idempotent: true                # optional, default false: may be retried
+//	    deterministic: true             # optional, default false
+//	    requires_approval: true         # optional, default false: runs only as an approved intent
 //
-// The output is the process result of spec 004 section 5 ([ExecResult]
-// with stdout); an output_schema, when given, must accept it. A process
-// that ran is data (success, exit_code, timed_out); one that did not start
-// fails the attempt with a *ProcessError, and a value the template may not
-// place (a leading "-" before "--", a NUL byte) fails it with a
-// *ProcessError of kind "invalid_argument" before anything runs.
+// The output is the process result of the bounded process tools document
+// (004) section 5 ([ExecResult] with stdout); an output_schema, when given,
+// must accept it. A process that ran is data (success, exit_code,
+// timed_out); one that did not start fails the attempt with a
+// *ProcessError, and a value the template may not place (a leading "-"
+// before "--", a NUL byte) fails it with a *ProcessError of kind
+// "invalid_argument" before anything runs.
 func LoadRegistryFile(path string, base ...Tool) (*Registry, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -277,7 +279,7 @@ func (p *fileParser) strList(n *yaml.Node, field string) ([]string, error) {
 }
 
 var toolFields = []string{"id", "version", "name", "description", "command", "search_path", "argv", "cwd", "env", "env_inherit",
-	"input_schema", "output_schema", "capabilities", "limits", "max_stdout_bytes", "max_stderr_bytes", "idempotent", "deterministic"}
+	"input_schema", "output_schema", "capabilities", "limits", "max_stdout_bytes", "max_stderr_bytes", "idempotent", "deterministic", "requires_approval"}
 
 var limitFields = []string{"max_execution_time", "max_memory", "max_file_size", "max_output_bytes", "max_concurrent"}
 
@@ -477,7 +479,7 @@ func (p *fileParser) tool(n *yaml.Node) (*parsedTool, error) {
 	for _, b := range []struct {
 		key string
 		dst *bool
-	}{{"idempotent", &d.Idempotent}, {"deterministic", &d.Deterministic}} {
+	}{{"idempotent", &d.Idempotent}, {"deterministic", &d.Deterministic}, {"requires_approval", &d.RequiresApproval}} {
 		if f[b.key] != nil {
 			if *b.dst, err = p.boolean(f[b.key], b.key); err != nil {
 				return nil, err

@@ -120,6 +120,58 @@ func TestParseRegistryFile_ReadOnly(t *testing.T) {
 	}
 }
 
+// requires_approval makes a registry-file tool run only as an approved
+// intent (Declaration.RequiresApproval), as a Go tool can; idempotent and
+// deterministic are read the same way. Through the runtime, the tool is
+// DENIED without an intent, whatever the grants, and runs once approved.
+func TestParseRegistryFile_RequiresApproval(t *testing.T) {
+	src := strings.Replace(withChild(t, validFile), "    limits:", "    requires_approval: true\n    idempotent: true\n    deterministic: true\n    limits:", 1)
+	reg, err := tools.ParseRegistryFile("reg.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := reg.Lookup("child.argv", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.Declaration(); !d.RequiresApproval || !d.Idempotent || !d.Deterministic {
+		t.Fatalf("declaration %+v; want requires_approval, idempotent and deterministic", d)
+	}
+	reg, err = tools.ParseRegistryFile("reg.yaml", []byte(withChild(t, validFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := reg.Lookup("child.argv", ""); e.Declaration().RequiresApproval {
+		t.Fatal("requires_approval is true by default")
+	}
+	_, err = tools.ParseRegistryFile("reg.yaml", []byte(strings.Replace(src, "requires_approval: true", "requires_approval: yes please", 1)))
+	var fe *tools.RegistryFileError
+	if !errors.As(err, &fe) || fe.Line != 17 || !strings.Contains(fe.Reason, "requires_approval must be true or false") {
+		t.Fatalf("a value that is not a boolean: %v", err)
+	}
+
+	t.Run("runtime", func(t *testing.T) {
+		rt := openFileRuntime(t, src, "process.exec:"+childBinary(t))
+		in := json.RawMessage(`{"a":"x"}`)
+		res, err := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "child.argv", Input: in, Principal: "tester"})
+		var ae *tgruntime.AuthorizationError
+		if !errors.As(err, &ae) || res.State != lifecycle.Denied || !strings.Contains(ae.Reason, "requires an approved intent") {
+			t.Fatalf("without an intent: %v, state %s; want DENIED for want of an approved intent", err, res.State)
+		}
+		intent, err := rt.Propose(context.Background(), tgruntime.Invocation{Tool: "child.argv", Input: in, Principal: "tester"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Approve(context.Background(), intent.ID, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		res, err = rt.Execute(context.Background(), tgruntime.Invocation{IntentID: intent.ID, IntentHash: intent.Hash, Principal: "tester"})
+		if err != nil || res.State != lifecycle.Completed {
+			t.Fatalf("approved intent: %v", err)
+		}
+	})
+}
+
 func openFileRuntime(t *testing.T, src string, grants ...string) *tgruntime.Runtime {
 	t.Helper()
 	reg, err := tools.ParseRegistryFile("reg.yaml", []byte(src))

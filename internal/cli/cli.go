@@ -9,31 +9,61 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// Exit codes, by the final state of the invocation.
+// Exit codes. exitCodes is the one table of what they mean: the --help
+// text is written from it, and the README's table must say the same
+// (TestExitCodes_README).
 const (
 	ExitCompleted = 0 // COMPLETED
-	ExitInternal  = 1 // an internal error (the database could not be opened, ...)
+	ExitInternal  = 1 // not done: a process tool's command failed, the database failed, an internal error
 	ExitUsage     = 2 // bad flags or arguments, unknown tool or version
 	ExitFailed    = 3 // FAILED: the input is not valid
 	ExitDenied    = 4 // DENIED, or refused before running (intent, idempotency key)
 	ExitAborted   = 5 // ABORTED then ROLLED_BACK: a timeout, a limit, or a cancel
 	ExitRollback  = 6 // ROLLED_BACK: the tool failed or its output was invalid
+	// ExitVerify (7, audit verification failed) is declared with the audit
+	// commands.
 )
 
-const exitCodesHelp = `Exit codes:
-  0  COMPLETED
-  1  internal error (e.g. the database cannot be opened)
-  2  usage error (bad flags, unknown tool or version)
-  3  FAILED: the input does not match the tool's schema
-  4  DENIED: a required capability was not granted (see --allow), or the call
-     was refused before it ran (an intent that may not run, an idempotency
-     key in conflict or in flight)
-  5  ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel
-  6  ROLLED_BACK: the tool failed, or its output did not match its schema`
+// exitCodes says what each exit code means, in Markdown (backquotes are
+// dropped for --help).
+var exitCodes = []struct {
+	code    int
+	meaning string
+}{
+	{ExitCompleted, "COMPLETED (for a process tool, the command exited 0)"},
+	{ExitInternal, "not done: the command a process tool ran failed (a non-zero exit, a signal, `timeout_seconds`; the call is COMPLETED and its result says how); or the database failed (it cannot be opened, or a write failed or conflicted: a full disk, a read-only file system; a `StateError`); or an internal error"},
+	{ExitUsage, "usage error: bad flags or arguments, unknown tool or version"},
+	{ExitFailed, "FAILED: the input does not match the tool's schema"},
+	{ExitDenied, "DENIED: a required capability was not granted (see `--allow`); or refused before it ran: an intent that may not run, an idempotency key in conflict or in flight"},
+	{ExitAborted, "ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel"},
+	{ExitRollback, "ROLLED_BACK: the tool failed, or its output did not match its schema"},
+	{ExitVerify, "`audit verify`: an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify"},
+}
+
+// exitCodesHelp is exitCodes as --help shows it.
+var exitCodesHelp = func() string {
+	var b strings.Builder
+	b.WriteString("Exit codes:")
+	for _, e := range exitCodes {
+		const indent = "     " // under the meaning's first word
+		line, words := fmt.Sprintf("  %d ", e.code), 0
+		for _, w := range strings.Fields(strings.ReplaceAll(e.meaning, "`", "")) {
+			if words > 0 && len(line)+1+len(w) > 80 {
+				b.WriteString("\n" + line)
+				line, words = indent[:len(indent)-1], 0
+			}
+			line += " " + w
+			words++
+		}
+		b.WriteString("\n" + line)
+	}
+	return b.String()
+}()
 
 // Stdio are the streams the command uses.
 type Stdio struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // maxInputFile bounds what --input @FILE or - reads; the runtime refuses
@@ -157,11 +158,13 @@ as --principal, by default cli:$USER.
 			if cerr := rt.Close(context.Background()); cerr != nil {
 				return internalErr(cerr)
 			}
-			// The attempt's record could not be written: what happened is not
-			// durably known, whatever the state says.
+			// The database failed or refused the call's state transaction (a
+			// full disk, a read-only file system, a conflict), or the
+			// attempt's record could not be written: a store failure, not
+			// the tool's, whatever the state says.
 			var se *tgruntime.StateError
-			if errors.As(err, &se) && (res.Error == nil || res.Error.Type != "StateError") {
-				return internalErr(err)
+			if errors.As(err, &se) {
+				return storeErr(err, se, res)
 			}
 			if res.Replayed {
 				why := "the idempotency key holds it"
@@ -175,6 +178,11 @@ as --principal, by default cli:$USER.
 			}
 			if code := exitCode(res); code != ExitCompleted {
 				return &exitError{code: code}
+			}
+			if e, err := reg.Lookup(res.Tool, res.Version); err == nil {
+				if pr, ok := tools.ProcessOutcome(e.Tool(), res.Output); ok && !pr.Success {
+					return &exitError{code: ExitInternal, err: commandFailed(pr)}
+				}
 			}
 			return nil
 		},
@@ -346,6 +354,36 @@ func checkIdempotencyKey(key string) error {
 		return fmt.Errorf("%q holds unprintable characters (or bytes that are not UTF-8): a key is printable text", key)
 	}
 	return nil
+}
+
+// storeErr reports a call that the database failed (or refused) as a
+// store failure, exit 1: a commit that fails because the disk is full is
+// not the tool's failure. A COMPLETED call whose staged file writes could
+// not be applied says so as it is.
+func storeErr(err error, se *tgruntime.StateError, res *tgruntime.Result) error {
+	switch {
+	case res.Error == nil:
+		return internalErr(err)
+	case errors.Is(err, txn.ErrConflict):
+		return &exitError{code: ExitInternal, err: fmt.Errorf("the call's state transaction conflicted with another call's at its %s; nothing of it was committed: run it again", se.Op)}
+	}
+	// The cause is in the result printed above (or in --json's error).
+	return &exitError{code: ExitInternal, err: fmt.Errorf("the database failed at the state transaction's %s, so the call did not complete: a store failure, not the tool's", se.Op)}
+}
+
+// commandFailed says how a process tool's command failed: the call is
+// COMPLETED (the process ran; its end is data), but the execution failed,
+// and the person who ran it must not read it as a success (the execution
+// adapter document (000)).
+func commandFailed(pr *tools.ExecResult) error {
+	const after = "; the call completed, the command failed"
+	switch {
+	case pr.TimedOut:
+		return errors.New("the command was stopped after timeout_seconds" + after)
+	case pr.Signal != "":
+		return fmt.Errorf("the command was killed by signal %s%s", pr.Signal, after)
+	}
+	return fmt.Errorf("the command exited with status %d%s", pr.ExitCode, after)
 }
 
 // principal names the CLI's caller: "cli:" and the OS user name.

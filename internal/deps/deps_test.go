@@ -17,7 +17,7 @@ const module = "github.com/toolgate/toolgate"
 // path prefixes. A package not listed here fails the test: adding one is a
 // decision to write down.
 //
-// The shape (DESIGN.md): leaf packages never import each other except
+// The shape (docs/architecture.md, "Packages"): leaf packages never import each other except
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
 // its engines (internal/bench for the bench command, internal/server for
@@ -116,7 +116,7 @@ func check(pkg, imp string, allowed []string) string {
 		if slices.Contains(allowed, rel) {
 			return ""
 		}
-		return "not allowed by the policy (DESIGN.md: imports point one way)"
+		return "not allowed by the policy (docs/architecture.md: imports point one way)"
 	}
 	for _, a := range allowed {
 		if strings.Contains(a, ".") && under(imp, a) {
@@ -135,7 +135,7 @@ func stdlib(imp string) bool {
 	return !strings.Contains(first, ".")
 }
 
-// The policy itself must keep the DESIGN.md shape.
+// The policy itself must keep the shape docs/architecture.md states.
 func TestDependencyPolicy_Shape(t *testing.T) {
 	leaves := []string{"lifecycle", "capability", "tools", "txn", "audit"}
 	for _, leaf := range leaves {

@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/testchild"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// The execution adapter document (000): the person who ran a tool is told
+// which execution it was. The text report names the execution id of every
+// ending (COMPLETED, FAILED, DENIED, ROLLED_BACK), the same id the database
+// recorded.
+func TestRun_TextReportNamesExecutionID(t *testing.T) {
+	dir := workdir(t)
+	for _, args := range [][]string{
+		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`},
+		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`},
+		{"run", "file.read", "--input", `{"path":"hello.txt"}`},
+		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"sub"}`},
+	} {
+		r := toolgate(t, "", args...)
+		ids := executionIDRE.FindAllStringSubmatch(r.stderr, -1)
+		if len(ids) != 1 {
+			t.Fatalf("%v: the report names %d execution ids:\n%s", args, len(ids), r.stderr)
+		}
+		store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), &txn.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := store.Get(context.Background(), ids[0][1])
+		store.Close()
+		if err != nil || !strings.HasPrefix(r.stderr, rec.State+" ") {
+			t.Fatalf("%v: execution %s: %+v, %v\n%s", args, ids[0][1], rec, err, r.stderr)
+		}
+	}
+}
+
+var executionIDRE = regexp.MustCompile(`\bexecution ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b`)
+
+// The execution adapter document (000): a command that exits non-zero is
+// an execution that failed, whatever the lifecycle says (the call
+// COMPLETED: the process ran and its exit status is data). The CLI says
+// the command's exit status plainly and exits 1; a signal and a
+// timeout_seconds stop are said the same way. A command that exits 0 exits
+// 0. With --json the result says it (success, exit_code) and the exit code
+// is the same.
+func TestRun_ProcessExitStatus(t *testing.T) {
+	exe := testchild.Path(t) // built from the module, before leaving it
+	workdir(t)
+	grant := []string{"--allow", "process.exec:" + exe, "--allow", "filesystem.read:."}
+	for _, tc := range []struct {
+		name   string
+		tool   string
+		args   []string
+		extra  string
+		code   int
+		stderr string
+	}{
+		{"exit 0", "exec_status", []string{"exit", "0"}, "", ExitCompleted, ""},
+		{"exit 3", "exec_status", []string{"exit", "3", "it broke"}, "", ExitInternal, "the command exited with status 3"},
+		{"exit 3, capture", "exec_capture", []string{"exit", "3"}, "", ExitInternal, "the command exited with status 3"},
+		{"timed out", "exec_capture", []string{"sleep", "60"}, `,"timeout_seconds":0.2`, ExitInternal, "the command was stopped after timeout_seconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, _ := json.Marshal(tc.args)
+			input := fmt.Sprintf(`{"command":%q,"args":%s%s}`, exe, args, tc.extra)
+			r := toolgate(t, "", append([]string{"run", tc.tool, "--input", input}, grant...)...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.stderr) || !strings.HasPrefix(r.stderr, "COMPLETED ") {
+				t.Fatalf("exit %d, want %d naming %q\nstdout: %s\nstderr: %s", r.code, tc.code, tc.stderr, r.stdout, r.stderr)
+			}
+			if tc.code == ExitCompleted && strings.Contains(r.stderr, "the command") {
+				t.Fatalf("a command that exited 0 is reported as failing:\n%s", r.stderr)
+			}
+			j := toolgate(t, "", append([]string{"run", tc.tool, "--json", "--input", input}, grant...)...)
+			var res struct {
+				State  string
+				Output struct {
+					Success  bool `json:"success"`
+					ExitCode int  `json:"exit_code"`
+				}
+			}
+			if err := json.Unmarshal([]byte(j.stdout), &res); err != nil || j.code != tc.code || res.State != "COMPLETED" || res.Output.Success != (tc.code == 0) {
+				t.Fatalf("--json: exit %d, %+v, %v\n%s%s", j.code, res, err, j.stdout, j.stderr)
+			}
+		})
+	}
+}
+
+// The issue 13 §4 case: a commit that fails because the disk is full is a
+// store failure, exit 1, not 6 ("the tool failed"). The child process
+// (this test re-executed) cannot grow the database file past its size
+// (RLIMIT_FSIZE, set in the child only), and runs a call whose output
+// needs the file to grow.
+func TestRun_StoreFailureExitCode(t *testing.T) {
+	if os.Getenv("TOOLGATE_CLI_FSIZE_CHILD") != "" {
+		storeFailureChild(t)
+		return
+	}
+	dir := workdir(t)
+	if r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`); r.code != 0 {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
+	}
+	must(t, os.WriteFile("large.txt", bytes.Repeat([]byte("y"), 900<<10), 0o600))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_StoreFailureExitCode$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TOOLGATE_CLI_FSIZE_CHILD=1", "TOOLGATE_DB="+filepath.Join(dir, "state", "toolgate.db"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`CHILD-EXIT (\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("child output:\n%s", out)
+	}
+	code, _ := strconv.Atoi(string(m[1]))
+	if code != ExitInternal {
+		t.Fatalf("a failed commit exited %d, want %d (a store failure):\n%s", code, ExitInternal, out)
+	}
+	if !bytes.Contains(out, []byte("the database failed")) {
+		t.Fatalf("the report does not say the store failed:\n%s", out)
+	}
+	t.Logf("child:\n%s", out)
+}
+
+func storeFailureChild(t *testing.T) {
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit then fails with EFBIG
+	fi, err := os.Stat(os.Getenv("TOOLGATE_DB"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := syscall.Rlimit{Cur: uint64(fi.Size()), Max: uint64(fi.Size())}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"large.txt"}`},
+		Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	fmt.Printf("CHILD-STDERR %s\nCHILD-EXIT %d\n", errb.String(), code)
+}
+
+// One exit-code table: the README's says what exitCodes says, row for row,
+// and --help shows every row.
+func TestExitCodes_README(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n| code | meaning |\n| --- | --- |\n")
+	if !ok {
+		t.Fatal("README.md has no exit-code table (| code | meaning |)")
+	}
+	var rows []string
+	for line := range strings.Lines(table) {
+		if !strings.HasPrefix(line, "| ") {
+			break
+		}
+		rows = append(rows, strings.TrimSpace(line))
+	}
+	var want []string
+	for _, e := range exitCodes {
+		want = append(want, fmt.Sprintf("| %d | %s |", e.code, e.meaning))
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("README.md's exit-code table:\n%s\nwant (internal/cli exitCodes):\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+	help := toolgate(t, "", "--help")
+	for _, e := range exitCodes {
+		if !strings.Contains(help.stdout, fmt.Sprintf("\n  %d  ", e.code)) {
+			t.Errorf("--help lacks exit code %d:\n%s", e.code, help.stdout)
+		}
+	}
+}
