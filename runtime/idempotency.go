@@ -138,6 +138,11 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 		switch {
 		case err == nil:
 			return h, nil, nil
+		case !errors.Is(err, errHeld) && ctx.Err() != nil:
+			// The caller gave up before the key could be checked: the call
+			// goes on without it and is aborted, recorded, before anything
+			// runs (a cancellation, not a failure of the store).
+			return nil, nil, nil
 		case !errors.Is(err, errHeld):
 			return nil, nil, &StateError{Op: "record", Err: err}
 		case held.RequestHash != reqHash:
