@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"math"
 	"slices"
 	"strconv"
@@ -19,32 +20,31 @@ const MaxDepth = 10000
 // whitespace allowed), and returns it in the RFC 8785 canonical form. Errors
 // wrap [ErrNotCanonicalizable].
 func Canonicalize(b []byte) ([]byte, error) {
-	if !utf8.Valid(b) {
-		return nil, notCanon("invalid UTF-8 at offset %d", invalidUTF8At(b))
-	}
-	p := parser{data: b}
-	p.skipSpace()
-	v, err := p.value()
-	if err != nil {
+	e := encoder{parser: parser{data: b}, out: make([]byte, 0, len(b))}
+	if err := e.run(); err != nil {
 		return nil, err
 	}
-	p.skipSpace()
-	if p.pos != len(p.data) {
-		return nil, p.errorf("trailing data after the JSON value")
-	}
-	return v.appendTo(make([]byte, 0, len(b))), nil
+	return e.out, nil
 }
 
 // Hash returns the lowercase hex SHA-256 of [Canonicalize](b). Inputs that
 // denote the same JSON value hash equally whatever their member order or
 // spacing. Errors wrap [ErrNotCanonicalizable].
+//
+// Hash streams: it hashes the canonical form as it writes it, without
+// building the value, and holds back only the members of the objects it has
+// open (their order is known when they close). Hashing a large array or
+// string allocates about 100 kilobytes whatever its size; an object is held
+// until it closes: its canonical text, a copy to sort it when its members
+// are out of order, and 24 bytes a member.
 func Hash(b []byte) (string, error) {
-	c, err := Canonicalize(b)
-	if err != nil {
+	h := sha256.New()
+	e := encoder{parser: parser{data: b}, sink: h, out: make([]byte, 0, min(len(b), flushAt+128))}
+	if err := e.run(); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(c)
-	return hex.EncodeToString(sum[:]), nil
+	h.Write(e.out)
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // invalidUTF8At returns the offset of the first byte of b that does not
@@ -64,48 +64,438 @@ func notCanon(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrNotCanonicalizable}, args...)...)
 }
 
-// node is a parsed JSON value ready to be written canonically.
-type node interface {
-	appendTo(dst []byte) []byte
+// flushAt is how much canonical text an encoder with a sink holds, when no
+// object is open, before it writes it to the sink.
+const flushAt = 32 << 10
+
+// encoder writes the canonical form of the value its parser reads in one
+// pass, without building it. The text goes to out; with a sink, out is
+// written to the sink and emptied whenever it holds flushAt bytes and no
+// object is open. An open object's members wait in out, in input order,
+// until the object closes and they can be put in order: memory is bounded by
+// the objects open, not by the whole value.
+type encoder struct {
+	parser
+	sink    hash.Hash // nil: out keeps the whole canonical form
+	out     []byte
+	open    int      // objects open
+	members []member // the members of the open objects, innermost last
+	scratch []byte   // where a closing object's members are put in order
 }
 
-// scalar is the canonical text of a string, number or literal.
-type scalar []byte
+// member is one member of an open object: its canonical text, "name":value,
+// is out[start:end]; at is the offset of its name in the input.
+type member struct{ start, end, at int }
 
-func (s scalar) appendTo(dst []byte) []byte { return append(dst, s...) }
-
-type array []node
-
-func (a array) appendTo(dst []byte) []byte {
-	dst = append(dst, '[')
-	for i, v := range a {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = v.appendTo(dst)
+// run canonicalizes the whole input.
+func (e *encoder) run() error {
+	if !utf8.Valid(e.data) {
+		return notCanon("invalid UTF-8 at offset %d", invalidUTF8At(e.data))
 	}
-	return append(dst, ']')
-}
-
-type member struct {
-	key string // unescaped
-	val node
-}
-
-// object holds its members sorted by compareUTF16 of their keys.
-type object []member
-
-func (o object) appendTo(dst []byte) []byte {
-	dst = append(dst, '{')
-	for i, m := range o {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, m.key)
-		dst = append(dst, ':')
-		dst = m.val.appendTo(dst)
+	e.skipSpace()
+	if err := e.value(); err != nil {
+		return err
 	}
-	return append(dst, '}')
+	e.skipSpace()
+	if e.pos != len(e.data) {
+		return e.errorf("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// checkpoint writes out to the sink when it is worth it and nothing in it
+// waits to be sorted. Otherwise, when out is about full, it doubles out's
+// capacity: append grows a large slice by a quarter, which would allocate
+// five times the final size on the way. Between checkpoints, out mostly
+// grows by less than 64 bytes.
+func (e *encoder) checkpoint() {
+	switch {
+	case e.sink != nil && e.open == 0 && len(e.out) >= flushAt:
+		e.sink.Write(e.out)
+		e.out = e.out[:0]
+	case cap(e.out)-len(e.out) < 64:
+		e.out = grow(e.out, 64)
+	}
+}
+
+// str writes the string literal at e.pos in its canonical form, without
+// unescaping it first: the value's characters, with only '"', '\\' and
+// control characters escaped (appendString). The value is always valid
+// UTF-8: the input was checked, and lone surrogate escapes are refused.
+func (e *encoder) str() error {
+	e.pos++ // opening quote
+	e.out = append(e.out, '"')
+	for {
+		start := e.pos // a run of characters written as they are
+		for e.pos < len(e.data) {
+			if c := e.data[e.pos]; c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			e.pos++
+		}
+		e.out = append(e.out, e.data[start:e.pos]...)
+		e.checkpoint()
+		if e.pos >= len(e.data) {
+			return e.errorf("unterminated string")
+		}
+		switch c := e.data[e.pos]; {
+		case c == '"':
+			e.pos++
+			e.out = append(e.out, '"')
+			return nil
+		case c < 0x20:
+			return e.errorf("control character %#02x in string", c)
+		}
+		// An escape sequence.
+		if e.pos+1 >= len(e.data) {
+			return e.errorf("unterminated string")
+		}
+		c := e.data[e.pos+1]
+		e.pos += 2
+		switch c {
+		case '"', '\\', 'b', 'f', 'n', 'r', 't':
+			e.out = append(e.out, '\\', c) // canonical as it is
+		case '/':
+			e.out = append(e.out, '/')
+		case 'u':
+			r, err := e.hex4()
+			if err != nil {
+				return err
+			}
+			switch {
+			case 0xDC00 <= r && r <= 0xDFFF:
+				return e.errorf("lone low surrogate \\u%04x in string", r)
+			case 0xD800 <= r && r <= 0xDBFF:
+				if e.pos+1 >= len(e.data) || e.data[e.pos] != '\\' || e.data[e.pos+1] != 'u' {
+					return e.errorf("lone high surrogate \\u%04x in string", r)
+				}
+				e.pos += 2
+				lo, err := e.hex4()
+				if err != nil {
+					return err
+				}
+				if lo < 0xDC00 || lo > 0xDFFF {
+					return e.errorf("high surrogate \\u%04x not followed by a low surrogate", r)
+				}
+				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+			}
+			if r < 0x20 || r == '"' || r == '\\' {
+				e.out = appendEscape(e.out, byte(r))
+			} else {
+				e.out = utf8.AppendRune(e.out, r)
+			}
+		default:
+			return e.errorf("invalid escape '\\%c' in string", rune(c))
+		}
+	}
+}
+
+// value writes one value starting at e.pos (whitespace already skipped).
+func (e *encoder) value() error {
+	if e.pos >= len(e.data) {
+		return e.errorf("unexpected end of input")
+	}
+	switch c := e.data[e.pos]; {
+	case c == '{':
+		return e.object()
+	case c == '[':
+		return e.array()
+	case c == '"':
+		return e.str()
+	case c == '-' || ('0' <= c && c <= '9'):
+		f, err := e.number()
+		if err != nil {
+			return err
+		}
+		e.out = appendNumber(e.out, f)
+		return nil
+	case c == 't':
+		return e.literal("true")
+	case c == 'f':
+		return e.literal("false")
+	case c == 'n':
+		return e.literal("null")
+	default:
+		return e.errorf("unexpected character %q", rune(c))
+	}
+}
+
+func (e *encoder) literal(word string) error {
+	end := e.pos + len(word)
+	if end > len(e.data) || string(e.data[e.pos:end]) != word {
+		return e.errorf("invalid literal")
+	}
+	e.pos = end
+	e.out = append(e.out, word...)
+	return nil
+}
+
+func (e *encoder) array() error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	e.pos++ // '['
+	e.skipSpace()
+	e.out = append(e.out, '[')
+	if e.pos < len(e.data) && e.data[e.pos] == ']' {
+		e.pos++
+		e.depth--
+		e.out = append(e.out, ']')
+		return nil
+	}
+	for {
+		if err := e.value(); err != nil {
+			return err
+		}
+		e.skipSpace()
+		if e.pos >= len(e.data) {
+			return e.errorf("unexpected end of input in array")
+		}
+		switch e.data[e.pos] {
+		case ',':
+			e.pos++
+			e.skipSpace()
+			e.out = append(e.out, ',')
+			e.checkpoint()
+		case ']':
+			e.pos++
+			e.depth--
+			e.out = append(e.out, ']')
+			return nil
+		default:
+			return e.errorf("expected ',' or ']' in array")
+		}
+	}
+}
+
+func (e *encoder) object() error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	e.pos++ // '{'
+	e.skipSpace()
+	e.out = append(e.out, '{')
+	if e.pos < len(e.data) && e.data[e.pos] == '}' {
+		e.pos++
+		e.depth--
+		e.out = append(e.out, '}')
+		return nil
+	}
+	if e.open == 0 {
+		// The object is held until it closes: make room for it, and for
+		// its own members, at once. (A member takes at least 5 bytes of
+		// input, "":0 and a comma, which bounds the guess on any input.)
+		size, commas := extent(e.data, e.pos)
+		e.out = grow(e.out, size+128) // and the checkpoints' margin
+		e.members = grow(e.members, min(commas+1, size/5+1))
+	}
+	e.open++
+	first, body := len(e.members), len(e.out)
+	for {
+		if e.pos >= len(e.data) || e.data[e.pos] != '"' {
+			return e.errorf("expected a string member name")
+		}
+		at, start := e.pos, len(e.out)
+		if err := e.str(); err != nil {
+			return err
+		}
+		e.skipSpace()
+		if e.pos >= len(e.data) || e.data[e.pos] != ':' {
+			return e.errorf("expected ':' after member name")
+		}
+		e.pos++
+		e.skipSpace()
+		e.out = append(e.out, ':')
+		if err := e.value(); err != nil {
+			return err
+		}
+		e.members = append(grow(e.members, 1), member{start: start, end: len(e.out), at: at})
+		e.checkpoint()
+		e.skipSpace()
+		if e.pos >= len(e.data) {
+			return e.errorf("unexpected end of input in object")
+		}
+		switch e.data[e.pos] {
+		case ',':
+			e.pos++
+			e.skipSpace()
+			e.out = append(e.out, ',')
+		case '}':
+			e.pos++
+			e.depth--
+			err := e.sortMembers(body, e.members[first:])
+			e.members = e.members[:first]
+			e.open--
+			e.out = append(e.out, '}')
+			return err
+		default:
+			return e.errorf("expected ',' or '}' in object")
+		}
+	}
+}
+
+// grow returns s with room for n more elements, at least doubling its
+// capacity when it must grow, in one allocation (slices.Grow makes two under
+// the race detector).
+func grow[E any](s []E, n int) []E {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	g := make([]E, len(s), max(len(s)+n, 2*cap(s)))
+	copy(g, s)
+	return g
+}
+
+// extent returns the length of the input from pos (just past the '{' of
+// an object) to the end of the object, and the number of commas between
+// its members.
+func extent(data []byte, pos int) (size, commas int) {
+	depth := 1
+	for i := pos; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1 - pos, commas
+			}
+		case ',':
+			if depth == 1 {
+				commas++
+			}
+		}
+	}
+	return len(data) - pos, commas
+}
+
+// sortMembers puts the members ms of the object whose text (the members
+// joined by commas, without the braces) starts at out[body:] in the order
+// of their names, and refuses a name given twice. Members that arrive in
+// order (the usual case) are not moved.
+func (e *encoder) sortMembers(body int, ms []member) error {
+	name := func(m member) []byte { return e.out[m.start:] }
+	ordered := true
+	for i := 1; i < len(ms); i++ {
+		if compareNames(name(ms[i-1]), name(ms[i])) >= 0 {
+			ordered = false
+			break
+		}
+	}
+	if ordered {
+		return nil
+	}
+	slices.SortFunc(ms, func(a, b member) int {
+		if c := compareNames(name(a), name(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.at, b.at)
+	})
+	// A name given twice: report its second occurrence, the first one in
+	// input order, as a parse that checked names as it went would.
+	dup := -1
+	for i := 1; i < len(ms); i++ {
+		if compareNames(name(ms[i-1]), name(ms[i])) == 0 && (dup < 0 || ms[i].at < ms[dup].at) {
+			dup = i
+		}
+	}
+	if dup >= 0 {
+		return notCanon("duplicate member name %q at offset %d", nameValue(name(ms[dup])), ms[dup].at)
+	}
+	if n := len(e.out) - body; cap(e.scratch) < n {
+		e.scratch = make([]byte, 0, n)
+	}
+	s := e.scratch[:0]
+	for i, m := range ms {
+		if i > 0 {
+			s = append(s, ',')
+		}
+		s = append(s, e.out[m.start:m.end]...)
+	}
+	copy(e.out[body:], s)
+	e.scratch = s
+	return nil
+}
+
+// compareNames orders two member names by the UTF-16 code units of their
+// values, as RFC 8785 section 3.2.3 sorts them. Each is given as the
+// canonical text it starts (a quoted string as appendString writes it).
+func compareNames(a, b []byte) int {
+	a, b = a[1:], b[1:]
+	for {
+		ra, na := nameRune(a)
+		rb, nb := nameRune(b)
+		switch {
+		case na == 0 && nb == 0:
+			return 0
+		case na == 0:
+			return -1
+		case nb == 0:
+			return 1
+		}
+		if ra != rb {
+			a1, a2 := utf16Units(ra)
+			b1, b2 := utf16Units(rb)
+			if c := cmp.Compare(a1, b1); c != 0 {
+				return c
+			}
+			return cmp.Compare(a2, b2)
+		}
+		a, b = a[na:], b[nb:]
+	}
+}
+
+// nameRune decodes the first character of s, the rest of a canonical string
+// literal, and its length in s; 0 at the closing quote.
+func nameRune(s []byte) (rune, int) {
+	switch c := s[0]; {
+	case c == '"':
+		return 0, 0
+	case c == '\\':
+		switch s[1] {
+		case 'b':
+			return '\b', 2
+		case 'f':
+			return '\f', 2
+		case 'n':
+			return '\n', 2
+		case 'r':
+			return '\r', 2
+		case 't':
+			return '\t', 2
+		case 'u': // \u00xx, lowercase hex
+			return rune(unhex(s[4])<<4 | unhex(s[5])), 6
+		}
+		return rune(s[1]), 2 // '"' or '\\'
+	case c < utf8.RuneSelf:
+		return rune(c), 1
+	}
+	return utf8.DecodeRune(s)
+}
+
+// nameValue returns the value of the canonical string literal s starts.
+func nameValue(s []byte) string {
+	var v []byte
+	for s = s[1:]; ; {
+		r, n := nameRune(s)
+		if n == 0 {
+			return string(v)
+		}
+		v = utf8.AppendRune(v, r)
+		s = s[n:]
+	}
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
 }
 
 type parser struct {
@@ -129,227 +519,12 @@ func (p *parser) skipSpace() {
 	}
 }
 
-// value parses one value starting at p.pos (whitespace already skipped).
-func (p *parser) value() (node, error) {
-	if p.pos >= len(p.data) {
-		return nil, p.errorf("unexpected end of input")
-	}
-	switch c := p.data[p.pos]; {
-	case c == '{':
-		return p.object()
-	case c == '[':
-		return p.array()
-	case c == '"':
-		s, err := p.parseString()
-		if err != nil {
-			return nil, err
-		}
-		return scalar(appendString(nil, s)), nil
-	case c == '-' || ('0' <= c && c <= '9'):
-		return p.number()
-	case c == 't':
-		return p.literal("true")
-	case c == 'f':
-		return p.literal("false")
-	case c == 'n':
-		return p.literal("null")
-	default:
-		return nil, p.errorf("unexpected character %q", rune(c))
-	}
-}
-
-func (p *parser) literal(word string) (node, error) {
-	end := p.pos + len(word)
-	if end > len(p.data) || string(p.data[p.pos:end]) != word {
-		return nil, p.errorf("invalid literal")
-	}
-	p.pos = end
-	return scalar(word), nil
-}
-
 func (p *parser) enter() error {
 	p.depth++
 	if p.depth > MaxDepth {
 		return p.errorf("nesting deeper than %d", MaxDepth)
 	}
 	return nil
-}
-
-func (p *parser) array() (node, error) {
-	if err := p.enter(); err != nil {
-		return nil, err
-	}
-	p.pos++ // '['
-	p.skipSpace()
-	a := array{}
-	if p.pos < len(p.data) && p.data[p.pos] == ']' {
-		p.pos++
-		p.depth--
-		return a, nil
-	}
-	for {
-		v, err := p.value()
-		if err != nil {
-			return nil, err
-		}
-		a = append(a, v)
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in array")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-			p.skipSpace()
-		case ']':
-			p.pos++
-			p.depth--
-			return a, nil
-		default:
-			return nil, p.errorf("expected ',' or ']' in array")
-		}
-	}
-}
-
-func (p *parser) object() (node, error) {
-	if err := p.enter(); err != nil {
-		return nil, err
-	}
-	p.pos++ // '{'
-	p.skipSpace()
-	o := object{}
-	if p.pos < len(p.data) && p.data[p.pos] == '}' {
-		p.pos++
-		p.depth--
-		return o, nil
-	}
-	seen := make(map[string]struct{})
-	for {
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return nil, p.errorf("expected a string member name")
-		}
-		at := p.pos
-		key, err := p.parseString()
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := seen[key]; dup {
-			return nil, notCanon("duplicate member name %q at offset %d", key, at)
-		}
-		seen[key] = struct{}{}
-		p.skipSpace()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf("expected ':' after member name")
-		}
-		p.pos++
-		p.skipSpace()
-		v, err := p.value()
-		if err != nil {
-			return nil, err
-		}
-		o = append(o, member{key: key, val: v})
-		p.skipSpace()
-		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in object")
-		}
-		switch p.data[p.pos] {
-		case ',':
-			p.pos++
-			p.skipSpace()
-		case '}':
-			p.pos++
-			p.depth--
-			slices.SortFunc(o, func(a, b member) int { return compareUTF16(a.key, b.key) })
-			return o, nil
-		default:
-			return nil, p.errorf("expected ',' or '}' in object")
-		}
-	}
-}
-
-// parseString parses a string literal at p.pos and returns its unescaped
-// value, which is always valid UTF-8: the input was checked, and lone
-// surrogate escapes are refused.
-func (p *parser) parseString() (string, error) {
-	p.pos++ // opening quote
-	start := p.pos
-	// Fast path: no escapes.
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		if c == '"' {
-			s := string(p.data[start:p.pos])
-			p.pos++
-			return s, nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
-			return "", p.errorf("control character %#02x in string", c)
-		}
-		p.pos++
-	}
-	buf := append([]byte(nil), p.data[start:p.pos]...)
-	for p.pos < len(p.data) {
-		c := p.data[p.pos]
-		switch {
-		case c == '"':
-			p.pos++
-			return string(buf), nil
-		case c < 0x20:
-			return "", p.errorf("control character %#02x in string", c)
-		case c != '\\':
-			buf = append(buf, c)
-			p.pos++
-			continue
-		}
-		// Escape sequence.
-		if p.pos+1 >= len(p.data) {
-			break
-		}
-		e := p.data[p.pos+1]
-		p.pos += 2
-		switch e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'n':
-			buf = append(buf, '\n')
-		case 'r':
-			buf = append(buf, '\r')
-		case 't':
-			buf = append(buf, '\t')
-		case 'u':
-			r, err := p.hex4()
-			if err != nil {
-				return "", err
-			}
-			switch {
-			case 0xDC00 <= r && r <= 0xDFFF:
-				return "", p.errorf("lone low surrogate \\u%04x in string", r)
-			case 0xD800 <= r && r <= 0xDBFF:
-				if p.pos+1 >= len(p.data) || p.data[p.pos] != '\\' || p.data[p.pos+1] != 'u' {
-					return "", p.errorf("lone high surrogate \\u%04x in string", r)
-				}
-				p.pos += 2
-				lo, err := p.hex4()
-				if err != nil {
-					return "", err
-				}
-				if lo < 0xDC00 || lo > 0xDFFF {
-					return "", p.errorf("high surrogate \\u%04x not followed by a low surrogate", r)
-				}
-				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
-			}
-			buf = utf8.AppendRune(buf, r)
-		default:
-			return "", p.errorf("invalid escape '\\%c' in string", rune(e))
-		}
-	}
-	return "", p.errorf("unterminated string")
 }
 
 func (p *parser) hex4() (rune, error) {
@@ -374,9 +549,9 @@ func (p *parser) hex4() (rune, error) {
 	return r, nil
 }
 
-// number parses a number literal per the RFC 8259 grammar, reads it as an
-// IEEE-754 double and returns its RFC 8785 text.
-func (p *parser) number() (node, error) {
+// number parses a number literal per the RFC 8259 grammar and reads it as
+// an IEEE-754 double.
+func (p *parser) number() (float64, error) {
 	start := p.pos
 	d := p.data
 	digits := func() int {
@@ -396,12 +571,12 @@ func (p *parser) number() (node, error) {
 	case p.pos < len(d) && '1' <= d[p.pos] && d[p.pos] <= '9':
 		digits()
 	default:
-		return nil, p.errorf("invalid number")
+		return 0, p.errorf("invalid number")
 	}
 	if p.pos < len(d) && d[p.pos] == '.' {
 		p.pos++
 		if digits() == 0 {
-			return nil, p.errorf("invalid number: no digits after '.'")
+			return 0, p.errorf("invalid number: no digits after '.'")
 		}
 	}
 	if p.pos < len(d) && (d[p.pos] == 'e' || d[p.pos] == 'E') {
@@ -410,18 +585,18 @@ func (p *parser) number() (node, error) {
 			p.pos++
 		}
 		if digits() == 0 {
-			return nil, p.errorf("invalid number: no digits in exponent")
+			return 0, p.errorf("invalid number: no digits in exponent")
 		}
 	}
-	lit := string(d[start:p.pos])
-	f, err := strconv.ParseFloat(lit, 64)
+	lit := d[start:p.pos]
+	f, err := strconv.ParseFloat(string(lit), 64)
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return nil, notCanon("number %.40s at offset %d overflows an IEEE-754 double", lit, start)
+		return 0, notCanon("number %.40s at offset %d overflows an IEEE-754 double", lit, start)
 	}
 	if err != nil { // only a range error can remain; underflow to 0 is not one
-		return nil, notCanon("number %.40s at offset %d: %v", lit, start, err)
+		return 0, notCanon("number %.40s at offset %d: %v", lit, start, err)
 	}
-	return scalar(appendNumber(nil, f)), nil
+	return f, nil
 }
 
 // appendNumber appends f as ECMAScript's Number.prototype.toString writes
@@ -480,10 +655,8 @@ func appendNumber(dst []byte, f float64) []byte {
 }
 
 // appendString appends s (valid UTF-8) as an RFC 8785 string literal: only
-// '"', '\\' and control characters are escaped, the named ones by their
-// two-character shortcuts and the rest as \u00xx with lowercase hex.
+// '"', '\\' and control characters are escaped (appendEscape).
 func appendString(dst []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -492,45 +665,33 @@ func appendString(dst []byte, s string) []byte {
 			continue
 		}
 		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-		}
+		dst = appendEscape(dst, c)
 		start = i + 1
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
-// compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units,
-// as RFC 8785 section 3.2.3 sorts member names.
-func compareUTF16(a, b string) int {
-	for a != "" && b != "" {
-		ra, na := utf8.DecodeRuneInString(a)
-		rb, nb := utf8.DecodeRuneInString(b)
-		if ra != rb {
-			a1, a2 := utf16Units(ra)
-			b1, b2 := utf16Units(rb)
-			if c := cmp.Compare(a1, b1); c != 0 {
-				return c
-			}
-			return cmp.Compare(a2, b2)
-		}
-		a, b = a[na:], b[nb:]
+// appendEscape appends the RFC 8785 escape of c, which is '"', '\\' or a
+// control character: the named ones by their two-character shortcuts and
+// the rest as \u00xx with lowercase hex.
+func appendEscape(dst []byte, c byte) []byte {
+	const hexDigits = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
 	}
-	return cmp.Compare(len(a), len(b))
+	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 }
 
 // utf16Units returns the UTF-16 code units of r; the second is 0 for a

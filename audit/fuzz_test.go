@@ -9,10 +9,11 @@ import (
 	"github.com/toolgate/toolgate/audit"
 )
 
-// FuzzCanonicalize checks that Canonicalize never panics and that whatever it
-// accepts is valid JSON whose canonical form is valid JSON, a fixed point,
-// and the same value as the input when both are decoded with encoding/json
-// (numbers as float64).
+// FuzzCanonicalize checks that Canonicalize never panics, that it and Hash
+// agree with the tree encoder they replaced (the same bytes, or both
+// refuse), and that whatever it accepts is valid JSON whose canonical form is
+// valid JSON, a fixed point, and the same value as the input when both are
+// decoded with encoding/json (numbers as float64).
 func FuzzCanonicalize(f *testing.F) {
 	for _, tc := range allGoodCases() {
 		f.Add([]byte(tc.in))
@@ -21,10 +22,13 @@ func FuzzCanonicalize(f *testing.F) {
 		`{"a":1,"a":2}`, `"\ud800"`, `1e400`, `[1,]`, "\"\xff\"", `{} {}`, `NaN`,
 		`[-0, 1e21, 1e-7, 0.000001, 123456789012345680000, 5e-324]`,
 		`{"\u0000":"\u001f","/":"\/","\u2028":"<>&"}`,
+		`{"b":{"y":[1,{"d":0,"c":1}],"x":"\u0022"},"a":[]}`, `{"b":1,"a":2,"\u0062":3}`, `{"\n":1,"\u000a":2}`,
+		`{"\ud83d\ude00":1,"\ufb33":2,"z\u0000":3,"z":4}`, `[{"b":1,"a":2},{"a":1,"a":2}]`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		compareWithTree(t, in)
 		out, err := audit.Canonicalize(in)
 		if err != nil {
 			if out != nil {
