@@ -79,7 +79,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	stopAbort := context.AfterFunc(r.stop, func() { cancel(ErrClosed) })
 	defer stopAbort()
 
-	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv, inputHash: hashJSON(inv.Input), intent: intent}
+	c := &call{r: r, entry: entry, decl: entry.Declaration(), inv: &inv, inputHash: inputHash(inv.Input, r.opts.MaxInputBytes), intent: intent}
 	if inv.Limits != nil {
 		c.limitsErr = lowerLimits(&c.decl.ResourceLimits, inv.Limits)
 	}
@@ -681,6 +681,17 @@ func transitions(h []lifecycle.Transition) []txn.Transition {
 		out[i] = txn.Transition{From: string(t.From), To: string(t.To), Event: string(t.Event), At: t.At, Reason: t.Reason}
 	}
 	return out
+}
+
+// inputHash is an invocation's input hash: hashJSON of an input within
+// max bytes; an input over it, which rule 1 refuses, is hashed as its bytes
+// are, without being parsed: refusing it costs no memory in its size.
+func inputHash(in []byte, max int) string {
+	if len(in) > max {
+		sum := sha256.Sum256(in)
+		return hex.EncodeToString(sum[:])
+	}
+	return hashJSON(in)
 }
 
 // hashJSON is the SHA-256 of the canonical form of a JSON value, so equal

@@ -91,7 +91,8 @@ type idem struct {
 // claimKey registers the invocation under its idempotency key, or returns
 // what the key already holds: a replayed result, a conflict, or (with
 // NoWait) an in-flight error. Waiting for a running first invocation is
-// bounded by ctx. An input that is not JSON claims nothing (nil, nil, nil).
+// bounded by ctx. An input that is not JSON, or is larger than
+// MaxInputBytes, claims nothing (nil, nil, nil).
 func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 	r, inv := c.r, c.inv
 	key := inv.IdempotencyKey
@@ -100,6 +101,9 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 		return nil, nil, &IdempotencyError{Code: "idempotency_invalid", Key: key[:32] + "...", Reason: fmt.Sprintf("longer than %d bytes", MaxIdempotencyKey)}
 	case strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) || r == unicode.ReplacementChar }) >= 0:
 		return nil, nil, &IdempotencyError{Code: "idempotency_invalid", Key: key, Reason: "contains unprintable characters"}
+	}
+	if len(inv.Input) > r.opts.MaxInputBytes {
+		return nil, nil, nil // as below, and checked before hashing costs memory in its size
 	}
 	reqHash, err := IntentHash(c.decl.ID, c.decl.Version, inv.Input)
 	if err != nil {
