@@ -6,7 +6,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +54,8 @@ type Server struct {
 	closing    bool
 
 	handler http.Handler
+
+	bodies chan struct{} // the request bodies read or held at once (withBody)
 }
 
 // Options are the server's telemetry providers (nil: none) and its log.
@@ -78,7 +79,7 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 		return nil, err
 	}
 	c.fill()
-	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent),
+	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent), bodies: make(chan struct{}, 2*c.MaxConcurrent),
 		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}, log: slog.Default()}
 	if opts != nil && opts.Logger != nil {
 		s.log = opts.Logger
@@ -88,14 +89,14 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 		method, path string
 		h            http.HandlerFunc
 	}{
-		{http.MethodPost, "/v1/tools/{name}/execute", s.auth(s.execute)},
-		{http.MethodPost, "/tools/{name}/execute", s.auth(s.execute)},
+		{http.MethodPost, "/v1/tools/{name}/execute", s.auth(s.withBody(s.execute))},
+		{http.MethodPost, "/tools/{name}/execute", s.auth(s.withBody(s.execute))},
 		{http.MethodGet, "/v1/tools", s.auth(s.limited(s.listTools))},
 		{http.MethodGet, "/v1/tools/{name}", s.auth(s.limited(s.getTool))},
 		{http.MethodGet, "/v1/executions/{id}", s.auth(s.limited(s.getExecution))},
-		{http.MethodPost, "/v1/intents", s.auth(s.limited(s.propose))},
+		{http.MethodPost, "/v1/intents", s.auth(s.limited(s.withBody(s.propose)))},
 		{http.MethodPost, "/v1/intents/{id}/approve", s.auth(s.limited(s.approve))},
-		{http.MethodPost, "/v1/intents/{id}/execute", s.auth(s.executeIntent)},
+		{http.MethodPost, "/v1/intents/{id}/execute", s.auth(s.withBody(s.executeIntent))},
 		{http.MethodGet, "/healthz", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		}},
@@ -535,36 +536,80 @@ func errorMessage(res *tgruntime.Result) string {
 	return strings.TrimPrefix(res.Error.Message, "runtime: ")
 }
 
+// withBody bounds the memory request bodies take: a body longer than
+// MaxBodyBytes by its Content-Length is refused (413) before it is read, and
+// at most 2 x MaxConcurrent requests with a body are read or held at once
+// (MaxConcurrent executions, and as many being read, refused or proposed);
+// one more is answered 503 busy, unread. Each costs at most about
+// 3 x MaxBodyBytes while decode reads it, and the input it holds after.
+func (s *Server) withBody(h func(http.ResponseWriter, *http.Request, TokenConfig)) func(http.ResponseWriter, *http.Request, TokenConfig) {
+	return func(w http.ResponseWriter, r *http.Request, who TokenConfig) {
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			s.tooLarge(w)
+			return
+		}
+		select {
+		case s.bodies <- struct{}{}:
+			defer func() { <-s.bodies }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			problem(w, http.StatusServiceUnavailable, "busy", "Too many requests in progress", fmt.Sprintf("the server reads at most %d request bodies at once", cap(s.bodies)), nil)
+			return
+		}
+		h(w, r, who)
+	}
+}
+
+func (s *Server) tooLarge(w http.ResponseWriter) {
+	problem(w, http.StatusRequestEntityTooLarge, "too-large", "Body too large", fmt.Sprintf("the body is limited to %d bytes", s.cfg.MaxBodyBytes), nil)
+}
+
 // decode reads a JSON body: application/json, within the size limit, one
-// object, no unknown fields.
+// object, no unknown fields. It decodes as it reads, so the body is held
+// once, in the decoder's buffer (at most twice its size), besides what v
+// keeps of it.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		problem(w, http.StatusUnsupportedMediaType, "unsupported-media-type", "Content-Type must be application/json", "", nil)
 		return false
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	data, err := io.ReadAll(body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			problem(w, http.StatusRequestEntityTooLarge, "too-large", "Body too large", fmt.Sprintf("the body is limited to %d bytes", s.cfg.MaxBodyBytes), nil)
-			return false
-		}
-		problem(w, http.StatusBadRequest, "bad-request", "Unreadable body", "", nil)
-		return false
-	}
-	d := json.NewDecoder(bytes.NewReader(data))
+	body := &readErr{r: http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)}
+	d := json.NewDecoder(body)
 	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
+	err = d.Decode(v)
+	if err == nil {
+		if _, terr := d.Token(); terr != io.EOF {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(body.err, &mbe):
+		s.tooLarge(w)
+	case body.err != nil && body.err != io.EOF:
+		problem(w, http.StatusBadRequest, "bad-request", "Unreadable body", "", nil)
+	default:
 		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", bodyError(err, v), nil)
-		return false
 	}
-	if _, err := d.Token(); err != io.EOF {
-		problem(w, http.StatusBadRequest, "bad-request", "Malformed JSON body", "data after the JSON object", nil)
-		return false
+	return false
+}
+
+// readErr keeps the error its reader returned, telling a body that could
+// not be read from one that is not JSON.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.err = err
 	}
-	return true
+	return n, err
 }
 
 // bodyError says what is wrong with a body that did not decode into v (a
