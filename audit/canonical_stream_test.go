@@ -128,12 +128,19 @@ func TestCanonicalHash_StreamsLargeInput(t *testing.T) {
 // writes to its hash as it goes.
 func TestCanonicalize_MatchesTree(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
+	refused := 0
 	for i := range 300 {
 		in := randomJSON(r, 0, 1+i%4)
 		if i%50 == 0 {
 			in = []byte("[" + strings.Repeat(string(in)+",", 400) + string(in) + "]")
 		}
 		compareWithTree(t, in)
+		if _, err := audit.Canonicalize(in); err != nil {
+			refused++
+		}
+	}
+	if refused < 10 || refused > 290 {
+		t.Errorf("%d of 300 values refused: the generator no longer covers both outcomes", refused)
 	}
 }
 
@@ -182,17 +189,23 @@ func randomJSON(r *rand.Rand, depth, maxDepth int) []byte {
 			b = strconv.AppendInt(b, r.Int64N(1<<53)-1<<52, 10)
 		case 4, 5:
 			b = append(b, '{', ' ')
+			var names []string
 			for i := range r.IntN(8) {
 				if i > 0 {
 					b = append(b, ',', '\n')
 				}
-				// Distinct names mostly; the same name twice (or spelled
-				// two ways) now and then.
-				b = append(b, '"')
-				b = append(b, randomNames[r.IntN(len(randomNames))]...)
-				if r.IntN(16) != 0 {
-					b = strconv.AppendInt(b, int64(i), 10)
+				// Distinct names mostly; now and then one given before, or
+				// spelled another way ("a" and "\u0061").
+				name := randomNames[r.IntN(len(randomNames))] + strconv.Itoa(i)
+				if i > 0 && r.IntN(8) == 0 {
+					name = names[r.IntN(len(names))]
+					if r.IntN(2) == 0 {
+						name = strings.Replace(name, "a", `\u0061`, 1)
+					}
 				}
+				names = append(names, name)
+				b = append(b, '"')
+				b = append(b, name...)
 				b = append(b, '"', ' ', ':')
 				write(d + 1)
 			}
