@@ -39,7 +39,7 @@ func Canonicalize(b []byte) ([]byte, error) {
 // are out of order, and 24 bytes a member.
 func Hash(b []byte) (string, error) {
 	h := sha256.New()
-	e := encoder{parser: parser{data: b}, sink: h, out: make([]byte, 0, min(len(b), flushAt+128))}
+	e := encoder{parser: parser{data: b}, sink: h, out: make([]byte, 0, min(len(b), flushAt)+128)}
 	if err := e.run(); err != nil {
 		return "", err
 	}
