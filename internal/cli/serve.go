@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toolgate/toolgate/internal/server"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
 )
 
 func newServeCmd(g *globals, stdio Stdio) *cobra.Command {

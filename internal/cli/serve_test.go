@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/server"
 )
 
 func TestServe_Refusals(t *testing.T) {

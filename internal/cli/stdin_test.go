@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/server"
 )
 
 func TestReadLine(t *testing.T) {

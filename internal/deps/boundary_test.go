@@ -114,11 +114,11 @@ func all(e *tools.Entry, w wrapper, m mine, fn tools.RawFunc, typed tools.TypedF
 	run(own{})
 }
 `
-	u := l.checkSource(t, module+"/internal/server", "internal/server/scratch.go", src)
+	u := l.checkSource(t, module+"/server", "server/scratch.go", src)
 	var got, want []int
 	for _, c := range scan(l.fset, u) {
 		if c.forbidden() == "" {
-			t.Errorf("%s: allowed in internal/server", c)
+			t.Errorf("%s: allowed in server", c)
 		}
 		got = append(got, c.line)
 	}

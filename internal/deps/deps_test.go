@@ -20,7 +20,7 @@ const module = "github.com/toolgate/toolgate"
 // The shape (docs/architecture.md, "Packages"): leaf packages never import each other except
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
-// its engines (internal/bench for the bench command, internal/server for
+// its engines (internal/bench for the bench command, server for
 // serve); only the CLI may use the OTel SDK; the client package imports
 // nothing of the module.
 var policy = map[string][]string{
@@ -37,9 +37,9 @@ var policy = map[string][]string{
 	"internal/testchild":       {},
 	"internal/testchild/child": {},
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
-	"internal/server":          {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
+	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
-	"internal/cli":             {"internal/server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"internal/cli":             {"server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
 
@@ -146,7 +146,7 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 		}
 	}
 	for pkg, deps := range policy {
-		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "internal/server" && !strings.HasPrefix(pkg, "cmd/") {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
 	}

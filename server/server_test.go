@@ -24,8 +24,8 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/server"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )

@@ -3,6 +3,15 @@
 // principals, under the runtime's policy, rate limits and a cap on
 // concurrent executions. Every answer that is not a result is an RFC 9457
 // problem document; nothing a caller sends can make it print a stack.
+//
+// It is public so that an embedder can mount toolgate's HTTP API in its own
+// program, next to its own routes or the MCP front end:
+//
+//	srv, err := server.New(rt, cfg, nil)
+//	mux.Handle("/v1/", srv.Handler())
+//
+// `toolgate serve` is this package with a listener, a config file and a
+// graceful shutdown ([Server.Serve], [Server.Shutdown]).
 package server
 
 import (

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/server"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the server's handlers.
