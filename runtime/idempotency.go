@@ -158,6 +158,21 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 				return nil, nil, &StateError{Op: "read", Err: err}
 			}
 			res.Replayed, res.IdempotencyKey = true, key
+			if res.State == lifecycle.Completed {
+				// A replay says what the first answer said: writes that
+				// committed but could not be made visible.
+				parked, err := parkedWrites(ctx, r.store, res.ExecutionID)
+				if err != nil {
+					return nil, nil, &StateError{Op: "read", Err: err}
+				}
+				if len(parked) > 0 {
+					errs := make([]error, len(parked))
+					for i, p := range parked {
+						errs[i] = errors.New(p)
+					}
+					return nil, res, &StateError{Op: "apply staged writes", Err: errors.Join(errs...)}
+				}
+			}
 			return nil, res, replayedError(res.Error)
 		case inv.IdempotencyNoWait:
 			return nil, nil, &IdempotencyError{Code: "idempotency_in_flight", Key: key, CallID: held.CallID,

@@ -186,11 +186,6 @@ func removeStaged(in fileIntent) {
 func (r *Runtime) applyStaged(ctx context.Context, intents []fileIntent, keys []string) error {
 	var done []string
 	var errs []error
-	type parked struct {
-		Intent fileIntent `json:"intent"`
-		Error  string     `json:"error"`
-		At     time.Time  `json:"at"`
-	}
 	failed := map[string][]byte{}
 	for i, in := range intents {
 		if err := finishIntent(in); err != nil {
@@ -223,6 +218,38 @@ func (r *Runtime) applyStaged(ctx context.Context, intents []fileIntent, keys []
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
+}
+
+// parked is a committed file write whose rename could not be done.
+type parked struct {
+	Intent fileIntent `json:"intent"`
+	Error  string     `json:"error"`
+	At     time.Time  `json:"at"`
+}
+
+// ParkedWrites returns why each committed file write of an execution could
+// not be made visible (the attempt is COMPLETED, its writes parked: see
+// [FailedWritesNamespace]), or nil: what a replay of the call, or a caller
+// reading its record, must be told as well as the caller that made it.
+func (r *Runtime) ParkedWrites(ctx context.Context, executionID string) ([]string, error) {
+	return parkedWrites(ctx, r.store, executionID)
+}
+
+func parkedWrites(ctx context.Context, store *txn.Store, executionID string) ([]string, error) {
+	es, err := store.StateScan(ctx, FailedWritesNamespace, executionID+"/")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range es {
+		var p parked
+		if err := json.Unmarshal(e.Value, &p); err != nil {
+			out = append(out, "a parked write whose record is corrupt: "+err.Error())
+			continue
+		}
+		out = append(out, p.Error)
+	}
+	return out, nil
 }
 
 // FailedWritesNamespace holds the committed file writes whose rename could

@@ -355,4 +355,22 @@ func TestServer_ParkedWriteIsReported(t *testing.T) {
 	if parked, _ := result["parkedWrites"].([]any); code != 500 || body["state"] != "COMPLETED" || len(parked) != 1 {
 		t.Errorf("%d %v; want 500 with the COMPLETED result and its parkedWrites", code, body)
 	}
+	// Read back later, the record says it too.
+	raw, err := f.client(t, agentToken).Execution(context.Background(), res.ExecutionID)
+	var rec struct {
+		State        string   `json:"state"`
+		ParkedWrites []string `json:"parkedWrites"`
+	}
+	if err != nil || json.Unmarshal(raw, &rec) != nil || rec.State != "COMPLETED" || len(rec.ParkedWrites) != 1 {
+		t.Errorf("GET of the execution: %s, %v; want its parkedWrites", raw, err)
+	}
+	// A replay of a keyed call answers as the first answer did.
+	keyed := inv("test.parked", `{"msg":"keyed.txt"}`)
+	keyed.IdempotencyKey = "k-parked"
+	for i := range 2 {
+		res, err := f.client(t, agentToken).Execute(context.Background(), keyed)
+		if !errors.Is(err, client.ErrWriteParked) || res == nil || len(res.ParkedWrites) != 1 || (i == 1) != res.Replayed {
+			t.Errorf("keyed call %d: %+v, %v; want ErrWriteParked with its parkedWrites (replayed the second time)", i+1, res, err)
+		}
+	}
 }

@@ -774,6 +774,19 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 			e.Stack = "" // never a stack on the wire
 			rec.Error = &e
 		}
+		parked, err := s.rt.ParkedWrites(r.Context(), rec.ExecutionID)
+		if err != nil {
+			problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
+			return
+		}
+		if len(parked) > 0 {
+			// COMPLETED, but its file writes are not visible: say so.
+			writeJSON(w, http.StatusOK, struct {
+				*txn.Record
+				ParkedWrites []string `json:"parkedWrites"`
+			}{rec, parked})
+			return
+		}
 		writeJSON(w, http.StatusOK, rec)
 	}
 }
