@@ -327,6 +327,16 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 // the store's API has no event, and is refused.
 func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 	ds, err := VerifyIntent(ctx, r.store, in)
+	if err == nil && slices.ContainsFunc(ds, func(d Discrepancy) bool { return d.Field == "execution" }) {
+		// The log records an execution the intent as read does not have:
+		// another call claimed it since it was read (the store has it now:
+		// refused as such), or its executed mark was removed outside
+		// toolgate to run it again (the store still lacks it: refused as
+		// corrupt below, never run twice).
+		if now, rerr := r.Intent(ctx, in.ID); rerr == nil && now.Execution != nil {
+			return r.executedError(ctx, in.ID, now.Execution)
+		}
+	}
 	if err == nil && len(ds) == 0 {
 		return nil
 	}
@@ -585,7 +595,11 @@ func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, 
 }
 
 // VerifyRecords checks every record of the runtime's store against the
-// audit log (see the package function [VerifyRecords]).
+// audit log (see the package function [VerifyRecords]). It is meant for a
+// store that no one writes to meanwhile (toolgate audit verify opens the
+// database read-only): a call that runs during the check can leave records
+// and events that one side of it saw and the other did not, reported as
+// discrepancies.
 func (r *Runtime) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
 	return VerifyRecords(ctx, r.store, report)
 }

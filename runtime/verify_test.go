@@ -329,6 +329,16 @@ func TestIntent_ForgedApprovalRefused(t *testing.T) {
 				return b.Put([]byte(in.ID), v)
 			}
 		}, "hash"},
+		{"executed mark removed to run it again", func(rt *tgruntime.Runtime, in *tgruntime.Intent) {
+			if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := execIntent(rt, in.ID, in.Hash); err != nil {
+				t.Fatal(err)
+			}
+		}, func(in *tgruntime.Intent) func(*bolt.Tx) error {
+			return func(tx *bolt.Tx) error { return state(tx, "toolgate.intent.executed").Delete([]byte(in.ID)) }
+		}, "execution"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := 0
@@ -355,6 +365,7 @@ func TestIntent_ForgedApprovalRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.setup(rt, in)
+			ran := runs
 			rt.Close(ctx)
 
 			tamper(t, path, tc.edit(in))
@@ -368,8 +379,8 @@ func TestIntent_ForgedApprovalRefused(t *testing.T) {
 				t.Fatalf("the forgery did not make the intent approved: %s", forged.Status)
 			}
 			_, err = execIntent(rt, forged.ID, forged.Hash)
-			if intentCode(err) != "intent_corrupt" || runs != 0 {
-				t.Fatalf("a forged approval: err = %v, the tool ran %d times; want intent_corrupt and no run", err, runs)
+			if intentCode(err) != "intent_corrupt" || runs != ran {
+				t.Fatalf("a forged approval: err = %v, the tool ran %d times (%d before); want intent_corrupt and no run", err, runs, ran)
 			}
 			if !strings.Contains(err.Error(), "audit log") {
 				t.Errorf("the refusal does not say why: %v", err)
