@@ -19,6 +19,35 @@ type Registry struct {
 	mu     sync.Mutex
 	frozen atomic.Bool
 	tools  map[string][]*Entry // by id, versions ascending
+	large  *largeGate          // shared by the entries; made by the first Register
+}
+
+// largeValue is the size from which a value the fast path cannot prove
+// valid is decoded in full only under the registry's largeGate: decoding
+// builds a tree of 20 to 80 times the value's size, so many large invalid
+// values at once would hold many times their size in memory.
+const largeValue = 64 << 10
+
+// largeSlots is how many values over largeValue are decoded in full at
+// once, per registry; the others wait their turn.
+const largeSlots = 2
+
+// largeGate bounds the full decodes of large values.
+type largeGate struct {
+	slots        chan struct{}
+	active, peak atomic.Int32 // for tests: decodes in progress, and the most at once
+}
+
+func (g *largeGate) enter() {
+	g.slots <- struct{}{}
+	n := g.active.Add(1)
+	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+	}
+}
+
+func (g *largeGate) leave() {
+	g.active.Add(-1)
+	<-g.slots
 }
 
 // NewRegistry returns an empty, unfrozen registry. The zero Registry is
@@ -31,6 +60,7 @@ type Entry struct {
 	tool   Tool
 	input  *compiled
 	output *compiled
+	large  *largeGate
 }
 
 // Declaration returns a copy of the declaration taken at registration.
@@ -41,14 +71,29 @@ func (e *Entry) Tool() Tool { return e.tool }
 
 // ValidateInput checks raw against the input schema. It returns a
 // *ValueError when raw is not one JSON value or does not match.
+//
+// A value over 64 KiB that the fast path cannot prove valid is decoded in
+// full (a tree of 20 to 80 times its size) only two at a time per
+// registry: concurrent large invalid inputs wait their turn rather than
+// hold many times their size in memory at once.
 func (e *Entry) ValidateInput(raw []byte) error {
-	_, err := validateValue(e.input, "input", raw)
-	return err
+	return e.validate(e.input, "input", raw)
 }
 
 // ValidateOutput checks raw against the output schema, as ValidateInput.
 func (e *Entry) ValidateOutput(raw []byte) error {
-	_, err := validateValue(e.output, "output", raw)
+	return e.validate(e.output, "output", raw)
+}
+
+func (e *Entry) validate(s *compiled, which string, raw []byte) error {
+	if s.fastValid(raw) {
+		return nil
+	}
+	if len(raw) > largeValue && e.large != nil {
+		e.large.enter()
+		defer e.large.leave()
+	}
+	_, err := validateFull(s, which, raw)
 	return err
 }
 
@@ -91,7 +136,10 @@ func (r *Registry) Register(t Tool) error {
 	if r.tools == nil {
 		r.tools = make(map[string][]*Entry)
 	}
-	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out})
+	if r.large == nil {
+		r.large = &largeGate{slots: make(chan struct{}, largeSlots)}
+	}
+	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out, large: r.large})
 	slices.SortFunc(versions, func(a, b *Entry) int { return compareVersions(a.decl.Version, b.decl.Version) })
 	r.tools[decl.ID] = versions
 	return nil

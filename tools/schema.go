@@ -289,6 +289,12 @@ func validateValue(s *compiled, which string, raw []byte) (any, error) {
 	if s.fastValid(raw) {
 		return nil, nil
 	}
+	return validateFull(s, which, raw)
+}
+
+// validateFull is validateValue without the fast path: raw decoded in full
+// and checked by the full validator.
+func validateFull(s *compiled, which string, raw []byte) (any, error) {
 	v, err := decodeJSON(raw)
 	if err != nil {
 		return nil, &ValueError{Which: which, Malformed: true, Problems: []Problem{{Message: err.Error()}}}
