@@ -443,7 +443,7 @@ func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *too
 	if hash != in.Hash {
 		return refuse(in, &IntentError{Code: "intent_hash_mismatch", IntentID: id, Reason: "the hash does not match the approved intent; it was not run"})
 	}
-	if (inv.Tool != "" && inv.Tool != in.Tool) || (inv.Version != "" && inv.Version != in.Version) || (len(inv.Input) > 0 && !sameJSON(inv.Input, in.Input)) {
+	if (inv.Tool != "" && inv.Tool != in.Tool) || (inv.Version != "" && inv.Version != in.Version) || (len(inv.Input) > 0 && (len(inv.Input) > r.opts.MaxInputBytes || !sameJSON(inv.Input, in.Input))) {
 		return refuse(in, &IntentError{Code: "intent_hash_mismatch", IntentID: id, Reason: "the invocation differs from the approved intent; it was not run"})
 	}
 	entry, err := r.reg.Lookup(in.Tool, in.Version)
