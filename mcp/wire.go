@@ -1,0 +1,141 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// The SDK does not hand a tool handler the JSON-RPC id of its request. The
+// transports of this package read it off the wire instead: a tools/call
+// request gets the id (and the session) in its _meta, under a key that is
+// random per Server, so that a client cannot forge it.
+
+type tag struct {
+	ID      string `json:"id"`
+	Session string `json:"session,omitempty"`
+}
+
+// tagMessage puts the request id of a tools/call message into its _meta and
+// returns the message re-encoded, or nil when data is anything else (or not
+// valid JSON-RPC: the SDK answers that).
+func (s *Server) tagMessage(data []byte, session string) []byte {
+	if !bytes.Contains(data, []byte(`"tools/call"`)) {
+		return nil
+	}
+	msg, err := jsonrpc.DecodeMessage(data)
+	if err != nil {
+		return nil
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.Method != "tools/call" || !req.ID.IsValid() {
+		return nil
+	}
+	var params map[string]json.RawMessage
+	if json.Unmarshal(req.Params, &params) != nil || params == nil {
+		return nil
+	}
+	meta := map[string]json.RawMessage{}
+	if m, ok := params["_meta"]; ok {
+		if json.Unmarshal(m, &meta) != nil || meta == nil {
+			return nil
+		}
+	}
+	var id string
+	switch v := req.ID.Raw().(type) {
+	case int64:
+		id = strconv.FormatInt(v, 10)
+	case string:
+		id = v
+	default:
+		return nil
+	}
+	meta[s.tagKey] = mustJSON(tag{ID: id, Session: session})
+	params["_meta"] = mustJSON(meta)
+	req.Params = mustJSON(params)
+	out, err := jsonrpc.EncodeMessage(req)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+func mustJSON(v any) json.RawMessage {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // maps of raw JSON that decoded a moment ago
+	}
+	return bytes.TrimRight(b.Bytes(), "\n")
+}
+
+// tagReader passes newline-delimited JSON-RPC through, tagging tools/call
+// requests. A line longer than max passes through untouched (the SDK's
+// reader refuses it).
+type tagReader struct {
+	s       *Server
+	src     io.ReadCloser
+	br      *bufio.Reader
+	session string
+	max     int
+	pending []byte
+	through bool // passing the rest of an overlong line through
+	err     error
+}
+
+func newTagReader(s *Server, src io.ReadCloser, session string, max int) *tagReader {
+	return &tagReader{s: s, src: src, br: bufio.NewReaderSize(src, 64<<10), session: session, max: max}
+}
+
+func (t *tagReader) Read(p []byte) (int, error) {
+	for len(t.pending) == 0 {
+		if t.err != nil {
+			return 0, t.err
+		}
+		t.fill()
+	}
+	n := copy(p, t.pending)
+	t.pending = t.pending[n:]
+	return n, nil
+}
+
+// fill reads the next line (or a piece of an overlong one) into pending.
+func (t *tagReader) fill() {
+	if t.through {
+		chunk, err := t.br.ReadSlice('\n')
+		t.pending = append(t.pending[:0], chunk...)
+		if err == nil || !errors.Is(err, bufio.ErrBufferFull) {
+			t.through = false
+			t.err = err
+		}
+		return
+	}
+	var line []byte
+	for {
+		chunk, err := t.br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) > t.max {
+				t.pending, t.through = line, true
+				return
+			}
+			continue
+		}
+		if err != nil {
+			t.err = err
+		}
+		break
+	}
+	if tagged := t.s.tagMessage(bytes.TrimSpace(line), t.session); tagged != nil {
+		line = append(tagged, '\n')
+	}
+	t.pending = line
+}
+
+func (t *tagReader) Close() error { return t.src.Close() }
