@@ -31,15 +31,17 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	session := randomHex(8)
 	switch tt := t.(type) {
 	case *sdk.StdioTransport:
+		w := &lockedWriter{w: nopWriteCloser{os.Stdout}}
 		t = &sdk.IOTransport{
-			Reader:        newTagReader(s, os.Stdin, session, lineMax(tt.MaxLineLength)),
-			Writer:        nopWriteCloser{os.Stdout},
+			Reader:        newTagReader(s, os.Stdin, w, session, lineMax(tt.MaxLineLength)),
+			Writer:        w,
 			MaxLineLength: tt.MaxLineLength,
 		}
 	case *sdk.IOTransport:
+		w := &lockedWriter{w: tt.Writer}
 		t = &sdk.IOTransport{
-			Reader:        newTagReader(s, tt.Reader, session, lineMax(tt.MaxLineLength)),
-			Writer:        tt.Writer,
+			Reader:        newTagReader(s, tt.Reader, w, session, lineMax(tt.MaxLineLength)),
+			Writer:        w,
 			MaxLineLength: tt.MaxLineLength,
 		}
 	}

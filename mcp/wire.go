@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -39,6 +40,10 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 	var params map[string]json.RawMessage
 	if json.Unmarshal(req.Params, &params) != nil || params == nil {
 		return nil
+	}
+	var name string
+	if json.Unmarshal(params["name"], &name) != nil {
+		return nil // the SDK refuses it, quoting the params: without the key
 	}
 	meta := map[string]json.RawMessage{}
 	if m, ok := params["_meta"]; ok {
@@ -77,10 +82,13 @@ func mustJSON(v any) json.RawMessage {
 
 // tagReader passes newline-delimited JSON-RPC through, tagging tools/call
 // requests. A line longer than max passes through untouched (the SDK's
-// reader refuses it).
+// reader refuses it). A line that is not JSON-RPC is answered here with
+// the protocol's error (parse error, invalid request) and dropped: the
+// SDK's reader would end the session on it.
 type tagReader struct {
 	s       *Server
 	src     io.ReadCloser
+	w       *lockedWriter
 	br      *bufio.Reader
 	session string
 	max     int
@@ -89,8 +97,54 @@ type tagReader struct {
 	err     error
 }
 
-func newTagReader(s *Server, src io.ReadCloser, session string, max int) *tagReader {
-	return &tagReader{s: s, src: src, br: bufio.NewReaderSize(src, 64<<10), session: session, max: max}
+func newTagReader(s *Server, src io.ReadCloser, w *lockedWriter, session string, max int) *tagReader {
+	return &tagReader{s: s, src: src, w: w, br: bufio.NewReaderSize(src, 64<<10), session: session, max: max}
+}
+
+// lockedWriter serializes writes: the SDK's (one whole message per Write)
+// and the errors tagReader answers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.WriteCloser
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Close() error { return l.w.Close() }
+
+// reject answers a line that is not a JSON-RPC message, and reports
+// whether it did.
+func (t *tagReader) reject(line []byte) bool {
+	if len(line) == 0 {
+		return false
+	}
+	code, msg := int64(jsonrpc.CodeParseError), "parse error: not JSON"
+	switch {
+	case line[0] == '[' && json.Valid(line):
+		// JSON-RPC batches left MCP in 2025-06-18, and the SDK's reader
+		// ends the session on one it cannot take.
+		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: batches are not supported; send one message per line"
+	case json.Valid(line):
+		if _, err := jsonrpc.DecodeMessage(line); err == nil {
+			return false
+		} else {
+			code, msg = jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()
+		}
+	}
+	var id json.RawMessage = json.RawMessage("null")
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) == nil && len(probe.ID) > 0 && (probe.ID[0] == '"' || probe.ID[0] == '-' || probe.ID[0] >= '0' && probe.ID[0] <= '9') {
+		id = probe.ID
+	}
+	out := mustJSON(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+	t.w.Write(append(out, '\n'))
+	return true
 }
 
 func (t *tagReader) Read(p []byte) (int, error) {
@@ -132,8 +186,14 @@ func (t *tagReader) fill() {
 		}
 		break
 	}
-	if tagged := t.s.tagMessage(bytes.TrimSpace(line), t.session); tagged != nil {
-		line = append(tagged, '\n')
+	trimmed := bytes.TrimSpace(line)
+	switch {
+	case t.reject(trimmed):
+		line = nil
+	default:
+		if tagged := t.s.tagMessage(trimmed, t.session); tagged != nil {
+			line = append(tagged, '\n')
+		}
 	}
 	t.pending = line
 }
