@@ -33,6 +33,11 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 	if err != nil {
 		return nil
 	}
+	return s.tag(msg, session)
+}
+
+// tag is tagMessage of a decoded message.
+func (s *Server) tag(msg jsonrpc.Message, session string) []byte {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok || req.Method != "tools/call" || !req.ID.IsValid() {
 		return nil
@@ -116,11 +121,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func (l *lockedWriter) Close() error { return l.w.Close() }
 
-// reject answers a line that is not a JSON-RPC message, and reports
-// whether it did.
-func (t *tagReader) reject(line []byte) bool {
+// check decodes a line; one that is not a JSON-RPC message is answered
+// with the protocol's error (ok false).
+func (t *tagReader) check(line []byte) (m jsonrpc.Message, ok bool) {
 	if len(line) == 0 {
-		return false
+		return nil, true
 	}
 	code, msg := int64(jsonrpc.CodeParseError), "parse error: not JSON"
 	switch {
@@ -128,12 +133,16 @@ func (t *tagReader) reject(line []byte) bool {
 		// JSON-RPC batches left MCP in 2025-06-18, and the SDK's reader
 		// ends the session on one it cannot take.
 		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: batches are not supported; send one message per line"
-	case json.Valid(line):
-		if _, err := jsonrpc.DecodeMessage(line); err == nil {
-			return false
-		} else {
+	case line[0] == '{':
+		m, err := jsonrpc.DecodeMessage(line)
+		if err == nil {
+			return m, true
+		}
+		if json.Valid(line) {
 			code, msg = jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()
 		}
+	case json.Valid(line):
+		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: a message is a JSON object"
 	}
 	var id json.RawMessage = json.RawMessage("null")
 	var probe struct {
@@ -144,7 +153,7 @@ func (t *tagReader) reject(line []byte) bool {
 	}
 	out := mustJSON(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
 	t.w.Write(append(out, '\n'))
-	return true
+	return nil, false
 }
 
 func (t *tagReader) Read(p []byte) (int, error) {
@@ -186,12 +195,11 @@ func (t *tagReader) fill() {
 		}
 		break
 	}
-	trimmed := bytes.TrimSpace(line)
-	switch {
-	case t.reject(trimmed):
+	switch msg, ok := t.check(bytes.TrimSpace(line)); {
+	case !ok:
 		line = nil
-	default:
-		if tagged := t.s.tagMessage(trimmed, t.session); tagged != nil {
+	case msg != nil:
+		if tagged := t.s.tag(msg, t.session); tagged != nil {
 			line = append(tagged, '\n')
 		}
 	}
