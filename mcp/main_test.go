@@ -228,9 +228,13 @@ var (
 	})
 )
 
-// toolgate returns the path of the toolgate binary, built once.
+// toolgate returns the path of the toolgate binary: $TOOLGATE_BIN when set
+// (scripts/e2e-mcp.sh), else built once.
 func toolgate(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv("TOOLGATE_BIN"); p != "" {
+		return p
+	}
 	p, err := buildBin()
 	if err != nil {
 		t.Fatal(err)
