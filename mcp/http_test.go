@@ -41,6 +41,7 @@ func httpServer(t *testing.T) (*tgruntime.Runtime, *httptest.Server) {
 		return p, ok
 	}}))
 	t.Cleanup(func() {
+		hs.CloseClientConnections()
 		hs.Close()
 		rt.Close(context.Background())
 	})
@@ -67,7 +68,8 @@ func TestHTTP_Lifecycle(t *testing.T) {
 			lifecycle(t, cs, p)
 
 			// Approval: an intent, approved in process, run once, replayed.
-			ctx := context.Background()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
 			args := map[string]any{"msg": "over http"}
 			id, hash, _ := intentOf(t, call(t, ctx, cs, "test.approve", args, nil))
 			if _, err := rt.Approve(ctx, id, "alice"); err != nil {
