@@ -123,8 +123,17 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			} else if err := serveMCPHTTP(ctx, stdio, srv, cfg, l); err != nil {
 				return err
 			}
-			// Running invocations end (and are recorded) before the store closes.
-			if err := rt.Close(context.Background()); err != nil {
+			// Running invocations end (and are recorded) before the store
+			// closes: when the client left, each within its own limits; on
+			// SIGINT or SIGTERM, within a grace period, after which they are
+			// aborted (ABORTED, ROLLED_BACK, recorded).
+			closeCtx := context.Background()
+			if ctx.Err() != nil {
+				var cancel context.CancelFunc
+				closeCtx, cancel = context.WithTimeout(closeCtx, mcpGrace)
+				defer cancel()
+			}
+			if err := rt.Close(closeCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return internalErr(err)
 			}
 			return nil
@@ -138,6 +147,9 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 	cmd.Flags().DurationVar(&progressEvery, "progress-interval", time.Second, "how often a call that asked for progress reports it")
 	return cmd
 }
+
+// mcpGrace is how long a stopped server lets running invocations finish.
+const mcpGrace = 10 * time.Second
 
 func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server.Config, l net.Listener) error {
 	hs := &http.Server{
