@@ -115,6 +115,16 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 				fmt.Fprintf(stdio.Err, "toolgate: left out of tools/list: %s\n", s)
 			}
 			ctx := cmd.Context()
+			// On SIGINT or SIGTERM, running invocations get a grace period,
+			// then are aborted (ABORTED, ROLLED_BACK, recorded): the server
+			// waits for its handlers before it returns.
+			closed := make(chan error, 1)
+			stopClose := context.AfterFunc(ctx, func() {
+				gctx, cancel := context.WithTimeout(context.Background(), mcpGrace)
+				defer cancel()
+				closed <- rt.Close(gctx)
+			})
+			defer stopClose()
 			if l == nil {
 				err = srv.Run(ctx, &sdk.IOTransport{Reader: readCloser(stdio.In), Writer: nopWriteCloser{stdio.Out}})
 				if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "closed") {
@@ -123,17 +133,15 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			} else if err := serveMCPHTTP(ctx, stdio, srv, cfg, l); err != nil {
 				return err
 			}
-			// Running invocations end (and are recorded) before the store
-			// closes: when the client left, each within its own limits; on
-			// SIGINT or SIGTERM, within a grace period, after which they are
-			// aborted (ABORTED, ROLLED_BACK, recorded).
-			closeCtx := context.Background()
-			if ctx.Err() != nil {
-				var cancel context.CancelFunc
-				closeCtx, cancel = context.WithTimeout(closeCtx, mcpGrace)
-				defer cancel()
+			if !stopClose() { // stopped by a signal: the close above
+				if err := <-closed; err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					return internalErr(err)
+				}
+				return nil
 			}
-			if err := rt.Close(closeCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			// The client left: running invocations end, each within its own
+			// limits, and are recorded before the store closes.
+			if err := rt.Close(context.Background()); err != nil {
 				return internalErr(err)
 			}
 			return nil
@@ -149,7 +157,7 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 }
 
 // mcpGrace is how long a stopped server lets running invocations finish.
-const mcpGrace = 10 * time.Second
+var mcpGrace = 10 * time.Second
 
 func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server.Config, l net.Listener) error {
 	hs := &http.Server{

@@ -80,3 +80,45 @@ func TestMCP_Stdio(t *testing.T) {
 		t.Errorf("records: %s", r.stdout)
 	}
 }
+
+// Stopped by a signal mid-call, toolgate mcp aborts the call after the
+// grace period, records it ABORTED then ROLLED_BACK, and exits.
+func TestMCP_SignalAbortsAfterGrace(t *testing.T) {
+	workdir(t)
+	defer func(g time.Duration) { mcpGrace = g }(mcpGrace)
+	mcpGrace = 100 * time.Millisecond
+	crd, swr := io.Pipe()
+	srd, cwr := io.Pipe()
+	var stderr bytes.Buffer
+	sig, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(sig, []string{"mcp", "--allow", "process.exec:sleep", "--allow", "filesystem.read:/"},
+			Stdio{In: srd, Out: swr, Err: &stderr})
+		swr.Close()
+	}()
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { stop() }, // it runs: stop the server
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.IOTransport{Reader: crd, Writer: cwr}, nil)
+	must(t, err)
+	params := &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep", "args": []string{"60"}}}
+	params.SetProgressToken("p")
+	go cs.CallTool(ctx, params)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d: %s", code, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("toolgate mcp did not stop")
+	}
+	cwr.Close()
+	r := toolgate(t, "", "executions", "--json")
+	if !strings.Contains(r.stdout, `"state": "ROLLED_BACK"`) || !strings.Contains(r.stdout, `"ABORTED"`) {
+		t.Errorf("the call stopped by the signal: %s", r.stdout)
+	}
+}
