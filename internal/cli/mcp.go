@@ -160,8 +160,12 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 var mcpGrace = 10 * time.Second
 
 func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server.Config, l net.Listener) error {
+	maxBody := cfg.MaxBodyBytes
+	if maxBody == 0 {
+		maxBody = 5 << 20 // as for toolgate serve
+	}
 	hs := &http.Server{
-		Handler:           srv.Handler(&mcp.HTTPOptions{Authenticate: tokenPrincipals(cfg), MaxBodyBytes: cfg.MaxBodyBytes}),
+		Handler:           srv.Handler(&mcp.HTTPOptions{Authenticate: tokenPrincipals(cfg), MaxBodyBytes: maxBody}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
 	}
