@@ -19,7 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
@@ -98,6 +98,9 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown()
 			opts := &tgruntime.Options{Policy: policy, Registry: reg}
+			if cfg != nil {
+				cfg.ApplyTo(opts) // the idempotency TTL, as for toolgate serve
+			}
 			tel.configure(opts)
 			rt, err := g.open(opts)
 			if err != nil {

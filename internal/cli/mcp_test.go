@@ -12,7 +12,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/mcp"
 )
 
