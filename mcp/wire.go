@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -22,6 +23,61 @@ type tag struct {
 	Session string `json:"session,omitempty"`
 }
 
+// wireMsg is a JSON-RPC message as the SDK's decoder reads it
+// (jsonrpc.DecodeMessage), decoded here with encoding/json: the SDK's
+// decoder allocates a large buffer per message, and every message is
+// decoded by the SDK once more anyway.
+type wireMsg struct {
+	VersionTag string          `json:"jsonrpc"`
+	ID         json.RawMessage `json:"id"`
+	Method     json.RawMessage `json:"method"`
+	Params     json.RawMessage `json:"params"`
+	Result     json.RawMessage `json:"result"`
+	Error      *jsonrpc.Error  `json:"error"`
+}
+
+// decodeWire decodes one message, refusing what the SDK's decoder refuses.
+func decodeWire(data []byte) (*wireMsg, error) {
+	var m wireMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, errors.New("not a JSON-RPC message: " + err.Error())
+	}
+	if m.VersionTag != "2.0" {
+		return nil, fmt.Errorf("invalid message version tag %q; expected \"2.0\"", m.VersionTag)
+	}
+	if id := string(m.ID); id != "" && id != "null" && id[0] != '"' && id[0] != '-' && (id[0] < '0' || id[0] > '9') {
+		return nil, errors.New("an id is a string or a number")
+	}
+	if len(m.Method) > 0 {
+		var method string
+		if err := json.Unmarshal(m.Method, &method); err != nil {
+			return nil, errors.New("the method is a string")
+		}
+		return &m, nil
+	}
+	if len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil, errors.New("a message without a method is a response, which needs an id")
+	}
+	return &m, nil
+}
+
+// idString is an id as the SDK reads it: a string, or a number made an
+// int64.
+func idString(raw json.RawMessage) (string, bool) {
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		return "", false
+	case raw[0] == '"':
+		var s string
+		return s, json.Unmarshal(raw, &s) == nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return "", false
+	}
+	return strconv.FormatInt(int64(f), 10), true
+}
+
 // tagMessage puts the request id of a tools/call message into its _meta and
 // returns the message re-encoded, or nil when data is anything else (or not
 // valid JSON-RPC: the SDK answers that).
@@ -29,21 +85,24 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 	if !bytes.Contains(data, []byte(`"tools/call"`)) {
 		return nil
 	}
-	msg, err := jsonrpc.DecodeMessage(data)
+	m, err := decodeWire(data)
 	if err != nil {
 		return nil
 	}
-	return s.tag(msg, session)
+	return s.tag(m, session)
 }
 
 // tag is tagMessage of a decoded message.
-func (s *Server) tag(msg jsonrpc.Message, session string) []byte {
-	req, ok := msg.(*jsonrpc.Request)
-	if !ok || req.Method != "tools/call" || !req.ID.IsValid() {
+func (s *Server) tag(m *wireMsg, session string) []byte {
+	if string(m.Method) != `"tools/call"` {
+		return nil
+	}
+	id, ok := idString(m.ID)
+	if !ok {
 		return nil
 	}
 	var params map[string]json.RawMessage
-	if json.Unmarshal(req.Params, &params) != nil || params == nil {
+	if json.Unmarshal(m.Params, &params) != nil || params == nil {
 		return nil
 	}
 	var name string
@@ -51,28 +110,20 @@ func (s *Server) tag(msg jsonrpc.Message, session string) []byte {
 		return nil // the SDK refuses it, quoting the params: without the key
 	}
 	meta := map[string]json.RawMessage{}
-	if m, ok := params["_meta"]; ok {
-		if json.Unmarshal(m, &meta) != nil || meta == nil {
+	if raw, ok := params["_meta"]; ok {
+		if json.Unmarshal(raw, &meta) != nil || meta == nil {
 			return nil
 		}
 	}
-	var id string
-	switch v := req.ID.Raw().(type) {
-	case int64:
-		id = strconv.FormatInt(v, 10)
-	case string:
-		id = v
-	default:
-		return nil
-	}
 	meta[s.tagKey] = mustJSON(tag{ID: id, Session: session})
 	params["_meta"] = mustJSON(meta)
-	req.Params = mustJSON(params)
-	out, err := jsonrpc.EncodeMessage(req)
-	if err != nil {
-		return nil
-	}
-	return out
+	var b bytes.Buffer
+	b.WriteString(`{"jsonrpc":"2.0","id":`)
+	b.Write(m.ID)
+	b.WriteString(`,"method":"tools/call","params":`)
+	b.Write(mustJSON(params))
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -123,7 +174,7 @@ func (l *lockedWriter) Close() error { return l.w.Close() }
 
 // check decodes a line; one that is not a JSON-RPC message is answered
 // with the protocol's error (ok false).
-func (t *tagReader) check(line []byte) (m jsonrpc.Message, ok bool) {
+func (t *tagReader) check(line []byte) (m *wireMsg, ok bool) {
 	if len(line) == 0 {
 		return nil, true
 	}
@@ -134,7 +185,7 @@ func (t *tagReader) check(line []byte) (m jsonrpc.Message, ok bool) {
 		// ends the session on one it cannot take.
 		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: batches are not supported; send one message per line"
 	case line[0] == '{':
-		m, err := jsonrpc.DecodeMessage(line)
+		m, err := decodeWire(line)
 		if err == nil {
 			return m, true
 		}
