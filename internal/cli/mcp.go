@@ -19,9 +19,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
 )
 
 func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {

@@ -12,8 +12,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/mcp"
+	"github.com/toolgate/toolgate/server"
 )
 
 func TestMCP_Refusals(t *testing.T) {
