@@ -554,6 +554,7 @@ func (c *call) ctxError(ctx, tctx context.Context) error {
 // that the tool passed on, is the tool's failure: an ExecutionError.
 func (c *call) toolError(err error) error {
 	var le *tools.LimitError
+	var ue *tools.UnavailableError
 	switch {
 	case errors.Is(err, tools.ErrAccessDenied):
 		return &AuthorizationError{Principal: c.inv.Principal, Tool: c.decl.ID, Err: err}
@@ -561,6 +562,8 @@ func (c *call) toolError(err error) error {
 		return &ResourceError{Resource: le.Limit, Err: err}
 	case errors.As(err, new(*tools.UnenforceableError)):
 		return &ResourceError{Resource: "limit_unenforceable", Err: err}
+	case errors.As(err, &ue): // transient: retried for idempotent tools only
+		return &ResourceError{Resource: ue.Resource, Transient: true, Err: err}
 	}
 	ee := &ExecutionError{Tool: c.decl.ID, Err: err}
 	if pe := (*tools.ProcessError)(nil); errors.As(err, &pe) {

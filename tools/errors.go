@@ -128,3 +128,28 @@ func (e *LimitError) Error() string {
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimit }
+
+// ErrUnavailable is wrapped by every *UnavailableError.
+var ErrUnavailable = errors.New("tools: resource unavailable")
+
+// UnavailableError reports that something a tool depends on could not be
+// reached, or went away during the attempt: an upstream MCP server that
+// did not start, or died mid-call. The runtime classifies it as a
+// transient ResourceError, so an idempotent tool's attempt is retried
+// (RFC-0001 7.3) and any other's is not.
+type UnavailableError struct {
+	Resource string // low-cardinality name, e.g. "mcp_upstream"
+	Detail   string // what was unavailable, in the user's terms
+	Err      error  // the cause, when there is one
+}
+
+func (e *UnavailableError) Error() string {
+	s := fmt.Sprintf("tools: %s unavailable: %s", e.Resource, e.Detail)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns ErrUnavailable and the cause.
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

@@ -81,6 +81,19 @@ const maxRegistryFile = 16 << 20
 // before "--", a NUL byte) fails it with a *ProcessError of kind
 // "invalid_argument" before anything runs.
 func LoadRegistryFile(path string, base ...Tool) (*Registry, error) {
+	return LoadRegistryFileWith(path, nil, base...)
+}
+
+// MCPTools turns the file's upstream MCP servers (mcp_servers, see
+// [MCPServer]) into tools; package mcp's Gateway provides one.
+type MCPTools func(servers []MCPServer) ([]Tool, error)
+
+// LoadRegistryFileWith is LoadRegistryFile for a file that may declare
+// upstream MCP servers: servers turns them into tools, which are registered
+// with the file's own before the registry is frozen. With a nil servers, a
+// file that declares mcp_servers is refused (nothing would govern them).
+// An error of servers is reported at the line of mcp_servers.
+func LoadRegistryFileWith(path string, servers MCPTools, base ...Tool) (*Registry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &RegistryFileError{File: path, Reason: err.Error(), Err: err}
@@ -93,12 +106,16 @@ func LoadRegistryFile(path string, base ...Tool) (*Registry, error) {
 	if b.Len() > maxRegistryFile {
 		return nil, &RegistryFileError{File: path, Reason: fmt.Sprintf("larger than %d bytes", maxRegistryFile)}
 	}
-	return ParseRegistryFile(path, b.Bytes(), base...)
+	return parseRegistryFile(path, b.Bytes(), servers, base...)
 }
 
 // ParseRegistryFile is LoadRegistryFile on data already read; name is what
 // errors call the file.
 func ParseRegistryFile(name string, data []byte, base ...Tool) (*Registry, error) {
+	return parseRegistryFile(name, data, nil, base...)
+}
+
+func parseRegistryFile(name string, data []byte, servers MCPTools, base ...Tool) (*Registry, error) {
 	p := &fileParser{file: name}
 	reg := NewRegistry()
 	for _, t := range base {
@@ -115,12 +132,17 @@ func ParseRegistryFile(name string, data []byte, base ...Tool) (*Registry, error
 			return nil, p.registerError(ft, err)
 		}
 	}
+	if err := p.registerMCP(reg, servers); err != nil {
+		return nil, err
+	}
 	reg.Freeze()
 	return reg, nil
 }
 
 type fileParser struct {
-	file string
+	file       string
+	servers    []MCPServer // mcp_servers
+	serversKey *yaml.Node
 }
 
 func (p *fileParser) errAt(n *yaml.Node, format string, args ...any) error {
@@ -170,9 +192,18 @@ func (p *fileParser) parse(data []byte) ([]*parsedTool, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, p.errAt(root, "the file must be a mapping with a tools list")
 	}
-	fields, err := p.mapping(root, []string{"tools"})
+	fields, err := p.mapping(root, []string{"tools", "mcp_servers"})
 	if err != nil {
 		return nil, err
+	}
+	if n := fields["mcp_servers"]; n != nil {
+		if p.servers, err = p.mcpServers(n); err != nil {
+			return nil, err
+		}
+		p.serversKey = n
+		if fields["tools"] == nil {
+			return nil, nil
+		}
 	}
 	list := fields["tools"]
 	if list == nil {

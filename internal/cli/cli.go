@@ -12,6 +12,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/mcp"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // Exit codes. exitCodes is the one table of what they mean: the --help
@@ -104,7 +107,8 @@ func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
 			code = ExitInternal
 		}
 	}()
-	root := newRoot(stdio)
+	root, g := newRoot(stdio)
+	defer g.closeGateway()
 	root.SetArgs(args)
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
@@ -130,10 +134,14 @@ type globals struct {
 	json         bool
 	policyPath   string
 	registryPath string
+
+	stderr  io.Writer       // where the gateway's warnings and upstreams' stderr go
+	reg     *tools.Registry // loaded once per command (upstream MCP servers start once)
+	gateway *mcp.Gateway    // the registry file's mcp_servers, closed when the command ends
 }
 
-func newRoot(stdio Stdio) *cobra.Command {
-	g := &globals{}
+func newRoot(stdio Stdio) (*cobra.Command, *globals) {
+	g := &globals{stderr: stdio.Err}
 	root := &cobra.Command{
 		Use:   "toolgate",
 		Short: "Run tools under RFC-0001: validated, authorized, transactional, audited",
@@ -152,7 +160,7 @@ with every lifecycle transition in a bbolt database.
 	root.PersistentFlags().StringVar(&g.registryPath, "registry", "", "registry file of external tools, YAML or JSON (default $TOOLGATE_REGISTRY; none: the built-in tools only)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
 	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio), newMCPCmd(g, stdio))
-	return root
+	return root, g
 }
 
 // dbPath resolves the database path: --db, then $TOOLGATE_DB, then

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -241,14 +242,35 @@ func (g *globals) registry() (*tools.Registry, error) {
 		}
 		return reg, nil
 	}
-	reg, err := tools.LoadRegistryFile(path, tools.Builtins()...)
+	if g.reg != nil {
+		return g.reg, nil
+	}
+	// Upstream MCP servers (mcp_servers) start here, once per command, and
+	// stop when it ends (closeGateway).
+	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: g.stderr, Version: "dev"})
+	reg, err := tools.LoadRegistryFileWith(path, gw.Tools, tools.Builtins()...)
+	for _, w := range gw.Warnings() {
+		fmt.Fprintf(g.stderr, "toolgate: --registry: %s\n", w)
+	}
 	if err != nil {
+		gw.Close()
 		if errors.Is(err, tools.ErrRegistryFile) {
 			return nil, usageErr("--registry: %s", strings.TrimPrefix(err.Error(), "tools: "))
 		}
 		return nil, internalErr(err)
 	}
+	g.reg, g.gateway = reg, gw
 	return reg, nil
+}
+
+// closeGateway stops the upstream MCP servers the registry file started.
+func (g *globals) closeGateway() {
+	if g.gateway != nil {
+		if err := g.gateway.Close(); err != nil && g.stderr != nil {
+			fmt.Fprintf(g.stderr, "toolgate: %v\n", err)
+		}
+		g.gateway = nil
+	}
 }
 
 // lookup finds TOOL[@VERSION] in the registry, or says how to list the

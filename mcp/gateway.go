@@ -1,0 +1,545 @@
+package mcp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// GatewayOptions configure a Gateway. A nil *GatewayOptions means the zero
+// value.
+type GatewayOptions struct {
+	// Stderr receives what stdio upstream servers write to their standard
+	// error; nil discards it.
+	Stderr io.Writer
+	// StartTimeout bounds connecting to an upstream and reading its
+	// tools/list; default 30s.
+	StartTimeout time.Duration
+	// Version is the client version toolgate reports to upstreams.
+	Version string
+}
+
+// Gateway governs upstream MCP servers: it turns each tool of each server a
+// registry file declares (tools.MCPServer) into a toolgate tool NAME.TOOL,
+// which runs through runtime.Execute like any other. Pass its Tools method
+// to tools.LoadRegistryFileWith, and Close it when the runtime is closed.
+//
+// What a gateway tool is:
+//
+//   - its id is NAME.TOOL (a tool whose name does not make a valid id is left
+//     out, with a warning); its schemas are the upstream's, linted by RFC-0001
+//     6.3 as any registration is (a tool whose schemas fail is left out, with
+//     a warning naming it and why). An inputSchema without $schema gets draft
+//     2020-12's, which MCP defines as the default dialect. A tool without an
+//     outputSchema gets a permissive one ({"type": "object"}), and its output
+//     is {"content": [the result's content blocks]} (with
+//     "structuredContent" when the result has one); a tool with an
+//     outputSchema outputs the result's structuredContent, which the runtime
+//     validates against it.
+//   - its version is the one pinned in the file, else the upstream server's
+//     own (a leading "v" dropped; one that is not a semantic version must be
+//     pinned). Approvals are bound to tool@version, so under a pin the
+//     upstream's schemas are pinned too: the file gives, per tool, the
+//     schema_sha256 of the schemas it approved (see SchemaSHA256), and a
+//     pinned tool whose hash is missing or differs refuses to load, with the
+//     hash the upstream now has.
+//   - it requires mcp.call:NAME/TOOL (a grant of mcp.call:NAME covers every
+//     tool of the server), and is idempotent, requires approval and has the
+//     limits the file says (per tool, else per server). The upstream's own
+//     annotations are hints from the server, not trusted.
+//
+// A call: the upstream's isError is the tool's failure (ROLLED_BACK, with
+// the upstream's text); an upstream that cannot be reached, or that dies
+// mid-call, is a tools.UnavailableError, which the runtime records as a
+// ResourceError ("mcp_upstream") and retries only for an idempotent tool;
+// at the deadline the runtime aborts the attempt (ABORTED) and the upstream
+// call is cancelled (notifications/cancelled). A connection that broke is
+// opened again on the next call (for stdio, a new process), and its tools'
+// schemas are checked again: a tool whose schemas changed since the start
+// is unavailable until toolgate starts again.
+type Gateway struct {
+	opts GatewayOptions
+
+	mu        sync.Mutex
+	upstreams []*upstream
+	warnings  []string
+}
+
+// NewGateway returns a gateway with no upstreams yet.
+func NewGateway(opts *GatewayOptions) *Gateway {
+	g := &Gateway{}
+	if opts != nil {
+		g.opts = *opts
+	}
+	if g.opts.Stderr == nil {
+		g.opts.Stderr = io.Discard
+	}
+	if g.opts.StartTimeout <= 0 {
+		g.opts.StartTimeout = 30 * time.Second
+	}
+	return g
+}
+
+// Warnings returns why tools were left out, one line each, in the order
+// found.
+func (g *Gateway) Warnings() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.warnings)
+}
+
+// Close closes every upstream connection (a stdio server's standard input
+// is closed, then the process is terminated if it does not exit).
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	ups := g.upstreams
+	g.upstreams = nil
+	g.mu.Unlock()
+	var errs []error
+	for _, u := range ups {
+		errs = append(errs, u.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Tools connects to each server, reads its tools/list and returns its
+// tools. It fails when a server cannot be started or reached, or when a
+// pinned version's schemas are not the pinned ones; a tool that cannot be
+// accepted otherwise is left out, with a warning (see Warnings). It has the
+// signature of tools.MCPTools.
+func (g *Gateway) Tools(servers []tools.MCPServer) ([]tools.Tool, error) {
+	var out []tools.Tool
+	for i := range servers {
+		u := &upstream{decl: servers[i], gw: g}
+		g.mu.Lock()
+		g.upstreams = append(g.upstreams, u)
+		g.mu.Unlock()
+		ts, err := u.load()
+		if err != nil {
+			return nil, fmt.Errorf("MCP server %s: %w", u.decl.Name, err)
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+func (g *Gateway) warn(format string, args ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.warnings = append(g.warnings, fmt.Sprintf(format, args...))
+}
+
+// SchemaSHA256 is the hash a registry file pins an upstream tool's schemas
+// with (schema_sha256): the hex SHA-256 of the JSON object
+// {"inputSchema": ..., "outputSchema": ...} holding the schemas as the
+// upstream lists them (outputSchema null when it has none), with object
+// keys sorted and no insignificant space.
+func SchemaSHA256(inputSchema, outputSchema any) (string, error) {
+	b, err := json.Marshal(map[string]any{"inputSchema": inputSchema, "outputSchema": outputSchema})
+	if err != nil {
+		return "", err
+	}
+	var v any // through the generic data model: keys sorted, numbers as written
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return "", err
+	}
+	if b, err = json.Marshal(v); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// upstream is one MCP server behind the gateway.
+type upstream struct {
+	decl tools.MCPServer
+	gw   *Gateway
+
+	mu      sync.Mutex
+	session *sdk.ClientSession
+	hashes  map[string]string // upstream tool name -> schema hash at load
+	closed  bool
+}
+
+// ErrUpstreamClosed is the cause of a call made after the gateway closed.
+var errUpstreamClosed = errors.New("the gateway is closed")
+
+func (u *upstream) transport() (sdk.Transport, error) {
+	if u.decl.URL != "" {
+		headers, err := u.decl.Headers()
+		if err != nil {
+			return nil, err
+		}
+		return &sdk.StreamableClientTransport{
+			Endpoint:   u.decl.URL,
+			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers}},
+			MaxRetries: -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
+		}, nil
+	}
+	path, err := u.decl.CommandPath()
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        append([]string{path}, u.decl.Args...),
+		Env:         u.decl.Environ(),
+		Stderr:      u.gw.opts.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}, // not in toolgate's process group: a terminal's ^C is toolgate's to handle
+	}
+	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+}
+
+// connect opens a session (for stdio, starts the process).
+func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
+	t, err := u.transport()
+	if err != nil {
+		return nil, err
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, nil)
+	return c.Connect(ctx, t, nil)
+}
+
+// listTools reads the server's whole tools/list.
+func listTools(ctx context.Context, cs *sdk.ClientSession) ([]*sdk.Tool, error) {
+	var out []*sdk.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// load connects, lists the tools and makes toolgate tools of them.
+func (u *upstream) load() ([]tools.Tool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), u.gw.opts.StartTimeout)
+	defer cancel()
+	cs, err := u.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect: %v", err)
+	}
+	u.mu.Lock()
+	u.session = cs
+	u.mu.Unlock()
+	list, err := listTools(ctx, cs)
+	if err != nil {
+		return nil, fmt.Errorf("tools/list: %v", err)
+	}
+	serverVersion := ""
+	if ir := cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		serverVersion = strings.TrimPrefix(ir.ServerInfo.Version, "v")
+	}
+	byName := map[string]*sdk.Tool{}
+	for _, t := range list {
+		byName[t.Name] = t
+	}
+	var problems []string
+	for name, o := range u.decl.Tools {
+		if byName[name] == nil {
+			problems = append(problems, fmt.Sprintf("tool %s (line %d) is not one the server lists", name, o.Line))
+		}
+	}
+	u.hashes = map[string]string{}
+	var out []tools.Tool
+	for _, t := range list {
+		gt, problem, skip := u.tool(t, serverVersion)
+		switch {
+		case problem != "":
+			problems = append(problems, problem)
+		case skip != "":
+			u.gw.warn("%s.%s left out: %s", u.decl.Name, t.Name, skip)
+		default:
+			out = append(out, gt)
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+// tool makes the toolgate tool of t. A problem refuses the whole file (a
+// pin broken); a skip leaves the tool out with a warning.
+func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, problem, skip string) {
+	s := &u.decl
+	o := s.Tools[t.Name]
+	id := s.Name + "." + t.Name
+	hash, err := SchemaSHA256(t.InputSchema, t.OutputSchema)
+	if err != nil {
+		return nil, "", fmt.Sprintf("its schemas are not JSON: %v", err)
+	}
+	version, pinned := o.Version, true
+	if version == "" {
+		version = s.Version
+	}
+	if version == "" {
+		version, pinned = serverVersion, false
+	}
+	switch {
+	case pinned && o.SchemaSHA256 == "":
+		return nil, fmt.Sprintf("tool %s has version %s pinned but no schema_sha256 for it: the upstream's schemas hash to %s (add schema_sha256: %s under tools: %s:, once you have reviewed them)", t.Name, version, hash, hash, t.Name), ""
+	case o.SchemaSHA256 != "" && o.SchemaSHA256 != hash:
+		return nil, fmt.Sprintf("tool %s: the upstream's schemas changed under pinned version %s (schema_sha256 %s in the file, %s now); review the change, then pin a new version and hash", t.Name, version, o.SchemaSHA256, hash), ""
+	case !tools.IsSemver(version):
+		return nil, fmt.Sprintf("the server reports version %q, which is not a semantic version: pin one with version:", serverVersion), ""
+	}
+	in, err := withDialect(t.InputSchema)
+	if err != nil {
+		return nil, "", "inputSchema: " + err.Error()
+	}
+	outSchema := json.RawMessage(`{"$schema":"` + tools.Draft202012 + `","type":"object"}`)
+	hasOut := t.OutputSchema != nil
+	if hasOut {
+		if outSchema, err = withDialect(t.OutputSchema); err != nil {
+			return nil, "", "outputSchema: " + err.Error()
+		}
+	}
+	scope := s.Name + "/" + t.Name
+	c, err := capability.Parse("mcp.call:" + scope)
+	if err != nil {
+		return nil, "", fmt.Sprintf("its name cannot be a capability scope: %v", err)
+	}
+	desc := t.Description
+	if strings.TrimSpace(desc) == "" {
+		desc = fmt.Sprintf("%s of the MCP server %s", t.Name, s.Name)
+	}
+	title := t.Title
+	if title == "" {
+		title = id
+	}
+	d := tools.Declaration{
+		ID: id, Version: version, Name: title, Description: desc,
+		InputSchema: in, OutputSchema: outSchema,
+		RequiredCapabilities: []capability.Capability{c},
+		ResourceLimits:       s.Limits,
+		Idempotent:           s.Idempotent,
+		RequiresApproval:     s.RequiresApproval,
+	}
+	if o.Idempotent != nil {
+		d.Idempotent = *o.Idempotent
+	}
+	if o.RequiresApproval != nil {
+		d.RequiresApproval = *o.RequiresApproval
+	}
+	if l := o.Limits; l != nil {
+		if l.MaxExecutionTime > 0 {
+			d.ResourceLimits.MaxExecutionTime = l.MaxExecutionTime
+		}
+		if l.MaxOutputBytes > 0 {
+			d.ResourceLimits.MaxOutputBytes = l.MaxOutputBytes
+		}
+		if l.MaxConcurrent > 0 {
+			d.ResourceLimits.MaxConcurrent = l.MaxConcurrent
+		}
+	}
+	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut}
+	// Register in a scratch registry: the same checks (id, RFC-0001 6.3
+	// lint, compile) as the real one, so that a tool that fails them is
+	// left out with the reason instead of refusing the whole file.
+	if err := tools.NewRegistry().Register(gt); err != nil {
+		return nil, "", strings.TrimPrefix(err.Error(), "tools: ")
+	}
+	u.hashes[t.Name] = hash
+	return gt, "", ""
+}
+
+// withDialect returns schema as JSON with "$schema" set to draft 2020-12
+// when it has none (MCP's default dialect).
+func withDialect(schema any) (json.RawMessage, error) {
+	b, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, errors.New("not a JSON object")
+	}
+	if _, ok := m["$schema"]; ok {
+		return b, nil
+	}
+	m["$schema"] = json.RawMessage(`"` + tools.Draft202012 + `"`)
+	return json.Marshal(m)
+}
+
+// sessionFor returns the open session, or opens one again (checking that
+// the schemas are still those loaded).
+func (u *upstream) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errUpstreamClosed
+	}
+	if u.session != nil {
+		return u.session, nil
+	}
+	cs, err := u.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list, err := listTools(ctx, cs)
+	if err != nil {
+		cs.Close()
+		return nil, fmt.Errorf("tools/list: %v", err)
+	}
+	for _, t := range list {
+		if want, ok := u.hashes[t.Name]; ok {
+			if got, err := SchemaSHA256(t.InputSchema, t.OutputSchema); err != nil || got != want {
+				delete(u.hashes, t.Name) // unavailable until toolgate starts again
+			}
+		}
+	}
+	u.session = cs
+	return cs, nil
+}
+
+// drop forgets cs (broken) so that the next call connects again.
+func (u *upstream) drop(cs *sdk.ClientSession) {
+	u.mu.Lock()
+	if u.session == cs {
+		u.session = nil
+	}
+	u.mu.Unlock()
+	go cs.Close() // a dead process is reaped; a live one is told to stop
+}
+
+func (u *upstream) close() error {
+	u.mu.Lock()
+	cs := u.session
+	u.session, u.closed = nil, true
+	u.mu.Unlock()
+	if cs == nil {
+		return nil
+	}
+	if err := cs.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
+		return fmt.Errorf("MCP server %s: %v", u.decl.Name, err)
+	}
+	return nil
+}
+
+func (u *upstream) current(name string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.hashes[name]
+	return ok
+}
+
+// gatewayTool is one tool of an upstream server.
+type gatewayTool struct {
+	up         *upstream
+	name       string // the upstream's name
+	decl       tools.Declaration
+	structured bool // the upstream declares an outputSchema
+}
+
+var _ tools.Tool = (*gatewayTool)(nil)
+
+func (t *gatewayTool) Declaration() tools.Declaration { return t.decl }
+
+// Execute calls the upstream tool; see Gateway for the mapping.
+func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.RawMessage) (json.RawMessage, error) {
+	unavailable := func(detail string, err error) error {
+		return &tools.UnavailableError{Resource: "mcp_upstream", Detail: fmt.Sprintf("MCP server %s %s", t.up.decl.Name, detail), Err: err}
+	}
+	cs, err := t.up.sessionFor(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, unavailable("could not be reached", err)
+	}
+	if !t.up.current(t.name) {
+		return nil, unavailable(fmt.Sprintf("changed the schemas of %s since toolgate started; restart toolgate to load them", t.name), nil)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.name, Arguments: input})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the runtime records the deadline or the cancel; the SDK told the upstream
+		}
+		var we *jsonrpc.Error
+		if errors.As(err, &we) {
+			return nil, &UpstreamError{Server: t.up.decl.Name, Tool: t.name, Message: we.Message, Protocol: true}
+		}
+		t.up.drop(cs)
+		return nil, unavailable("went away during the call", err)
+	}
+	if res.IsError {
+		return nil, &UpstreamError{Server: t.up.decl.Name, Tool: t.name, Message: contentText(res.Content)}
+	}
+	if t.structured {
+		return json.Marshal(res.StructuredContent)
+	}
+	out := struct {
+		Content           []sdk.Content `json:"content"`
+		StructuredContent any           `json:"structuredContent,omitempty"`
+	}{res.Content, res.StructuredContent}
+	if out.Content == nil {
+		out.Content = []sdk.Content{}
+	}
+	return json.Marshal(out)
+}
+
+// UpstreamError is the failure an upstream MCP server reported for a call:
+// a result with isError (Protocol false), or a JSON-RPC error (Protocol
+// true). The runtime records it as the tool's failure: ROLLED_BACK.
+type UpstreamError struct {
+	Server, Tool string
+	Message      string
+	Protocol     bool
+}
+
+func (e *UpstreamError) Error() string {
+	if e.Protocol {
+		return fmt.Sprintf("MCP server %s refused the call of %s: %s", e.Server, e.Tool, e.Message)
+	}
+	return fmt.Sprintf("the MCP server %s reported an error: %s", e.Server, e.Message)
+}
+
+// contentText joins the text blocks of a result.
+func contentText(cs []sdk.Content) string {
+	var parts []string
+	for _, c := range cs {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	if len(parts) == 0 {
+		return "(no text)"
+	}
+	return strings.Join(parts, "\n")
+}
+
+// headerTransport adds fixed headers to every request.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.headers {
+		r.Header.Set(k, v)
+	}
+	return h.base.RoundTrip(r)
+}

@@ -1,0 +1,116 @@
+// Command upstream is the MCP server the gateway tests put behind toolgate:
+// a real server built from the SDK, speaking MCP on stdin and stdout. It
+// appends a line per tool call to $UPSTREAM_CALLS ("NAME" when a call
+// starts, "cancelled NAME" when its context ends first) and writes its pid
+// to $UPSTREAM_PID, so a test can prove what reached it and kill it.
+// $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_VERSION is the
+// version it reports (default 1.2.3).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const draft = "https://json-schema.org/draft/2020-12/schema"
+
+var mu sync.Mutex
+
+func record(line string) {
+	mu.Lock()
+	defer mu.Unlock()
+	f, err := os.OpenFile(os.Getenv("UPSTREAM_CALLS"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fmt.Fprintln(f, line)
+	f.Close()
+}
+
+func text(s string) []sdk.Content { return []sdk.Content{&sdk.TextContent{Text: s}} }
+
+func main() {
+	if p := os.Getenv("UPSTREAM_PID"); p != "" {
+		os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o600)
+	}
+	version := os.Getenv("UPSTREAM_VERSION")
+	if version == "" {
+		version = "1.2.3"
+	}
+	s := sdk.NewServer(&sdk.Implementation{Name: "upstream", Version: version}, nil)
+
+	echoIn := `{"type":"object","properties":{"text":{"type":"string","description":"what to echo"}},"required":["text"],"additionalProperties":false}`
+	if os.Getenv("UPSTREAM_DRIFT") == "1" {
+		echoIn = `{"type":"object","properties":{"text":{"type":"string","description":"what to echo"},"loud":{"type":"boolean","description":"shout it"}},"required":["text"],"additionalProperties":false}`
+	}
+	echoOut := `{"type":"object","properties":{"echoed":{"type":"string","description":"the text"}},"required":["echoed"],"additionalProperties":false}`
+	echo := func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		record(r.Params.Name)
+		var in struct{ Text string }
+		json.Unmarshal(r.Params.Arguments, &in)
+		out := map[string]any{"echoed": in.Text}
+		b, _ := json.Marshal(out)
+		return &sdk.CallToolResult{Content: text(string(b)), StructuredContent: out}, nil
+	}
+	// echo, and the same tool under other names the tests grant or not.
+	for _, name := range []string{"echo", "secret", "gated"} {
+		s.AddTool(&sdk.Tool{Name: name, Description: name + " the text", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)}, echo)
+	}
+	// plain: no outputSchema, text content.
+	s.AddTool(&sdk.Tool{Name: "plain", Description: "says hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			return &sdk.CallToolResult{Content: text("hello from upstream")}, nil
+		})
+	// fail: the tool's own failure, isError.
+	s.AddTool(&sdk.Tool{Name: "fail", Description: "always fails", InputSchema: json.RawMessage(`{"$schema":"` + draft + `","type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			return &sdk.CallToolResult{IsError: true, Content: text("upstream says no")}, nil
+		})
+	// slow and hang: wait ms, or until cancelled.
+	slowIn := `{"type":"object","properties":{"ms":{"type":"integer","description":"how long to wait"}},"required":["ms"],"additionalProperties":false}`
+	slow := func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		record(r.Params.Name)
+		var in struct{ MS int }
+		json.Unmarshal(r.Params.Arguments, &in)
+		select {
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+			return &sdk.CallToolResult{Content: text("waited")}, nil
+		case <-ctx.Done():
+			record("cancelled " + r.Params.Name)
+			return nil, ctx.Err()
+		}
+	}
+	s.AddTool(&sdk.Tool{Name: "slow", Description: "waits", InputSchema: json.RawMessage(slowIn)}, slow)
+	s.AddTool(&sdk.Tool{Name: "hang", Description: "waits", InputSchema: json.RawMessage(slowIn)}, slow)
+	// crash: the first call of a process exits it (dies mid-call) while
+	// $UPSTREAM_CRASHED does not exist, and creates it; later calls answer.
+	s.AddTool(&sdk.Tool{Name: "crash", Description: "dies once", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			marker := os.Getenv("UPSTREAM_CRASHED")
+			if _, err := os.Stat(marker); err != nil {
+				os.WriteFile(marker, nil, 0o600)
+				os.Exit(3)
+			}
+			return &sdk.CallToolResult{Content: text("survived")}, nil
+		})
+	// nodesc: a property without a description, which RFC-0001 6.3 refuses.
+	s.AddTool(&sdk.Tool{Name: "nodesc", Description: "badly declared", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":[]}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			return &sdk.CallToolResult{Content: text("x")}, nil
+		})
+	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil && err != context.Canceled {
+		fmt.Fprintln(os.Stderr, err)
+	}
+}
