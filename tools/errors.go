@@ -144,7 +144,7 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	s := fmt.Sprintf("tools: %s unavailable: %s", e.Resource, e.Detail)
+	s := "tools: " + e.Detail
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}

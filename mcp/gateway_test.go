@@ -1,0 +1,342 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// The gateway tests put a real MCP server (testdata/upstream, built from
+// the SDK) behind toolgate; it writes a line per call it receives to a
+// file, which proves what reached it.
+
+var upstreamOnce sync.Once
+var upstreamPath string
+var upstreamErr error
+
+// upstream builds testdata/upstream next to the toolgate binary (removed
+// with it).
+func upstream(t testing.TB) string {
+	t.Helper()
+	bin := toolgate(t)
+	upstreamOnce.Do(func() {
+		dir, err := os.MkdirTemp(filepath.Dir(bin), "upstream-")
+		if err != nil {
+			upstreamErr = err
+			return
+		}
+		upstreamPath = filepath.Join(dir, "upstream")
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if out, err := exec.Command(gobin, "build", "-o", upstreamPath, "./testdata/upstream").CombinedOutput(); err != nil {
+			upstreamErr = fmt.Errorf("building the upstream: %v\n%s", err, out)
+		}
+	})
+	if upstreamErr != nil {
+		t.Fatal(upstreamErr)
+	}
+	return upstreamPath
+}
+
+// upstreamFile writes a registry file with one upstream server "up" and
+// returns its path and the server's call log.
+func upstreamFile(t testing.TB, dir, extra string) (file, calls string) {
+	t.Helper()
+	calls = filepath.Join(dir, "calls.log")
+	body := fmt.Sprintf(`mcp_servers:
+  - name: up
+    command: %s
+    env: {UPSTREAM_CALLS: %q, UPSTREAM_PID: %q, UPSTREAM_CRASHED: %q}
+    env_inherit: [UPSTREAM_DRIFT]
+    limits: {max_execution_time: 20s}
+%s`, upstream(t), calls, filepath.Join(dir, "pid"), filepath.Join(dir, "crashed"), extra)
+	file = filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, calls
+}
+
+// calls counts the lines of the call log equal to line.
+func calls(t testing.TB, log, line string) int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCall waits until the call log holds line.
+func waitCall(t testing.TB, log, line string) {
+	t.Helper()
+	for i := 0; calls(t, log, line) == 0; i++ {
+		if i > 3000 {
+			t.Fatalf("the upstream never logged %q", line)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `toolgate mcp --registry gateway.yaml` in front of a real MCP server:
+// its tools are listed under its name (a tool RFC-0001 6.3 refuses is left
+// out with a warning), and each call goes through the lifecycle: granted
+// COMPLETED; ungranted DENIED without reaching the upstream; requiring
+// approval, an intent that reaches it only once approved, once; isError
+// ROLLED_BACK with the upstream's text; the deadline ABORTED and the
+// upstream call cancelled; the upstream killed mid-call a ResourceError,
+// recorded, and the next call starts it again.
+func TestGateway_ToolgateMCP(t *testing.T) {
+	bin := toolgate(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "tg.db")
+	reg, log := upstreamFile(t, dir, `    tools:
+      gated: {requires_approval: true}
+      hang: {limits: {max_execution_time: 500ms}}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	start := func() (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
+		cmd := exec.Command(bin, "--db", db, "--registry", reg, "mcp", "--principal", "tester",
+			"--allow", "mcp.call:up/echo", "--allow", "mcp.call:up/gated", "--allow", "mcp.call:up/fail",
+			"--allow", "mcp.call:up/slow", "--allow", "mcp.call:up/hang")
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		return connect(t, &sdk.CommandTransport{Command: cmd}, nil, ""), cmd, stderr
+	}
+	cs, cmd, stderr := start()
+
+	names := map[string]bool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[tool.Name] = true
+	}
+	for _, want := range []string{"up.echo", "up.secret", "up.gated", "up.fail", "up.plain", "up.slow", "up.echo--1.2.3"} {
+		if !names[want] {
+			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+	if names["up.nodesc"] {
+		t.Error("up.nodesc, whose schema RFC-0001 6.3 refuses, is listed")
+	}
+
+	res := call(t, ctx, cs, "up.echo", map[string]any{"text": "hi"}, nil)
+	completed(t, res)
+	if got := text(t, res); !jsonEqual([]byte(got), []byte(`{"echoed":"hi"}`)) {
+		t.Errorf("up.echo: %s", got)
+	}
+	if n := calls(t, log, "echo"); n != 1 {
+		t.Errorf("the upstream got %d echo calls, want 1", n)
+	}
+
+	if o := failed(t, call(t, ctx, cs, "up.secret", map[string]any{"text": "hi"}, nil)); o.State != "DENIED" || o.Error.Type != "AuthorizationError" {
+		t.Errorf("ungranted up.secret: %+v", o)
+	}
+	if n := calls(t, log, "secret"); n != 0 {
+		t.Errorf("a DENIED call reached the upstream (%d calls)", n)
+	}
+
+	id, hash, _ := intentOf(t, call(t, ctx, cs, "up.gated", map[string]any{"text": "ship it"}, nil))
+	if n := calls(t, log, "gated"); n != 0 {
+		t.Errorf("a call requiring approval reached the upstream before approval (%d calls)", n)
+	}
+
+	if o := failed(t, call(t, ctx, cs, "up.fail", map[string]any{}, nil)); o.State != "ROLLED_BACK" || !strings.Contains(o.Error.Message, "upstream says no") {
+		t.Errorf("up.fail (isError upstream): %+v", o)
+	}
+
+	if o := failed(t, call(t, ctx, cs, "up.hang", map[string]any{"ms": 600000}, nil)); o.State != "ROLLED_BACK" || o.Error.Type != "TimeoutError" {
+		t.Errorf("up.hang past its deadline: %+v", o)
+	}
+	waitCall(t, log, "cancelled hang") // the upstream call was cancelled
+
+	// Kill the upstream while it runs a call.
+	done := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "up.slow", Arguments: map[string]any{"ms": 600000}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitCall(t, log, "slow")
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := <-done
+	if killed == nil {
+		t.FailNow()
+	}
+	slow := failed(t, killed)
+	if slow.State != "ROLLED_BACK" || slow.Error.Type != "ResourceError" || slow.Error.Code != "mcp_upstream" {
+		t.Errorf("up.slow, its upstream killed: %+v", slow)
+	}
+	// The next call starts the upstream again.
+	completed(t, call(t, ctx, cs, "up.echo", map[string]any{"text": "again"}, nil))
+	cs.Close()
+	cmd.Wait()
+	if !strings.Contains(stderr.String(), "up.nodesc left out") || !strings.Contains(stderr.String(), "every property must have a description") {
+		t.Errorf("no warning naming up.nodesc and why; stderr:\n%s", stderr)
+	}
+
+	out, err := exec.Command(bin, "--db", db, "--registry", reg, "intent", "approve", id, "--yes", "--approver", "alice").CombinedOutput()
+	if err != nil {
+		t.Fatalf("toolgate intent approve: %v\n%s", err, out)
+	}
+	if n := calls(t, log, "gated"); n != 0 {
+		t.Errorf("approving reached the upstream (%d calls)", n)
+	}
+	cs, cmd, _ = start()
+	completed(t, call(t, ctx, cs, mcp.ExecuteIntentTool, map[string]any{"id": id, "hash": hash}, nil))
+	completed(t, call(t, ctx, cs, "up.gated", map[string]any{"text": "ship it"}, nil)) // replayed
+	if n := calls(t, log, "gated"); n != 1 {
+		t.Errorf("the approved call reached the upstream %d times, want once", n)
+	}
+	cs.Close()
+	cmd.Wait()
+
+	if out, err := exec.Command(bin, "--db", db, "audit", "verify").CombinedOutput(); err != nil {
+		t.Errorf("toolgate audit verify: %v\n%s", err, out)
+	}
+	rt, err := tgruntime.Open(db, &tgruntime.Options{OpenTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "up.slow"})
+	if err != nil || len(recs) != 1 || recs[0].ExecutionID != slow.ExecutionID || recs[0].State != "ROLLED_BACK" {
+		t.Errorf("the killed call's record: %v %+v", err, recs)
+	}
+}
+
+var hashRE = regexp.MustCompile(`hash to ([0-9a-f]{64})`)
+
+// A pinned version pins the upstream's schemas: without schema_sha256 the
+// file refuses to load and says the hash to review; with it, it loads; and
+// when the upstream's schema then changes, it refuses to load.
+func TestGateway_PinnedSchemaDrift(t *testing.T) {
+	dir := t.TempDir()
+	load := func(extra string) (*tools.Registry, error) {
+		file, _ := upstreamFile(t, dir, extra)
+		gw := mcp.NewGateway(nil)
+		t.Cleanup(func() { gw.Close() })
+		return tools.LoadRegistryFileWith(file, gw.Tools)
+	}
+	_, err := load("    tools:\n      echo: {version: 1.0.0}\n")
+	m := hashRE.FindStringSubmatch(fmt.Sprint(err))
+	if !errors.Is(err, tools.ErrRegistryFile) || m == nil {
+		t.Fatalf("a pin without schema_sha256: %v", err)
+	}
+	pinned := fmt.Sprintf("    tools:\n      echo: {version: 1.0.0, schema_sha256: %s}\n", m[1])
+	reg, err := load(pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := reg.Lookup("up.echo", ""); err != nil || e.Declaration().Version != "1.0.0" {
+		t.Fatalf("up.echo pinned: %v", err)
+	}
+	if e, err := reg.Lookup("up.fail", ""); err != nil || e.Declaration().Version != "1.2.3" {
+		t.Fatalf("up.fail, not pinned, takes the server's version: %v", err)
+	}
+
+	t.Setenv("UPSTREAM_DRIFT", "1")
+	_, err = load(pinned)
+	var fe *tools.RegistryFileError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "changed under pinned version 1.0.0") {
+		t.Fatalf("schema drift under a pinned version: %v", err)
+	}
+	// Unpinned, the drifted server loads.
+	if _, err := load(""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An upstream that dies mid-call is a transient ResourceError: an
+// idempotent tool's attempt is retried (on a new upstream process), any
+// other's is not.
+func TestGateway_UnavailableRetriedWhenIdempotent(t *testing.T) {
+	for _, idem := range []bool{true, false} {
+		t.Run(fmt.Sprint("idempotent=", idem), func(t *testing.T) {
+			dir := t.TempDir()
+			file, log := upstreamFile(t, dir, fmt.Sprintf("    tools:\n      crash: {idempotent: %v}\n", idem))
+			gw := mcp.NewGateway(nil)
+			defer gw.Close()
+			reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true,
+				Retry: tgruntime.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "up.crash", Input: []byte(`{}`), Principal: "p",
+				Grants: []capability.Capability{capability.MustParse("mcp.call:up")}})
+			if res == nil {
+				t.Fatal("no result")
+			}
+			if idem {
+				if res.State != "COMPLETED" || len(res.Attempts) != 2 || calls(t, log, "crash") != 2 {
+					t.Errorf("idempotent: %s after %d attempts, %d upstream calls; want COMPLETED after 2", res.State, len(res.Attempts), calls(t, log, "crash"))
+				}
+				return
+			}
+			if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || len(res.Attempts) != 1 || calls(t, log, "crash") != 1 {
+				t.Errorf("not idempotent: %s %+v after %d attempts; want one ResourceError", res.State, res.Error, len(res.Attempts))
+			}
+		})
+	}
+}
