@@ -97,3 +97,29 @@ func TestAuthorize(t *testing.T) {
 		t.Fatal("a tool requiring nothing must be allowed")
 	}
 }
+
+// mcp.call:SERVER/TOOL is what a gateway tool requires; a grant of
+// mcp.call:SERVER covers every tool of that server and of no other, by the
+// general rule ("below" is after a "/").
+func TestCovers_MCPCall(t *testing.T) {
+	req := capability.MustParse("mcp.call:files/read_file")
+	for _, tc := range []struct {
+		grant string
+		want  bool
+	}{
+		{"mcp.call", true},
+		{"mcp.call:files", true},
+		{"mcp.call:files/read_file", true},
+		{"mcp.call:files/read", false},
+		{"mcp.call:files/read_file_2", false},
+		{"mcp.call:file", false},
+		{"mcp.call:files2", false},
+		{"mcp.call:other/read_file", false},
+		{"mcp.list:files", false},
+	} {
+		d := capability.Authorize("p", "files.read_file", []capability.Capability{req}, []capability.Capability{capability.MustParse(tc.grant)}, time.Now())
+		if d.Allowed() != tc.want {
+			t.Errorf("grant %s for %s: allowed %v, want %v", tc.grant, req, d.Allowed(), tc.want)
+		}
+	}
+}

@@ -9,6 +9,8 @@
 //	filesystem.read:/srv/data  files at or below /srv/data
 //	process.exec:git           running git
 //	state.write:orders         writing the "orders" state namespace
+//	mcp.call:files/read_file   calling the tool read_file of the upstream MCP server files
+//	mcp.call:files             calling every tool of that server (see below)
 //
 // # Matching
 //

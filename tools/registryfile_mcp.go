@@ -428,7 +428,7 @@ func (p *fileParser) registerMCP(reg *Registry, servers MCPTools) error {
 		return nil
 	}
 	if servers == nil {
-		return p.errAt(p.serversKey, "mcp_servers: this program does not run an MCP gateway (toolgate's commands do)")
+		return p.errAt(p.serversKey, "mcp_servers: upstream MCP servers need a gateway (LoadRegistryFileWith with package mcp's Gateway; toolgate's commands have one)")
 	}
 	list, err := servers(p.servers)
 	if err != nil {

@@ -1,0 +1,120 @@
+package tools_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/tools"
+)
+
+const mcpFile = `mcp_servers:
+  - name: files
+    command: /bin/cat
+    args: ["--root", "/srv"]
+    env: {LC_ALL: C}
+    env_inherit: [HOME]
+    limits: {max_execution_time: 30s}
+    tools:
+      write_file: {requires_approval: true, version: 1.0.0, schema_sha256: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef}
+  - name: issues
+    url: https://mcp.example.com/mcp
+    headers_from_env: {Authorization: ISSUES_TOKEN}
+    version: 2.1.0
+    idempotent: true
+    limits: {max_execution_time: 10s, max_concurrent: 2}
+`
+
+func loadMCP(t *testing.T, body string) ([]tools.MCPServer, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var got []tools.MCPServer
+	_, err := tools.LoadRegistryFileWith(path, func(s []tools.MCPServer) ([]tools.Tool, error) {
+		got = s
+		return nil, nil
+	})
+	return got, err
+}
+
+func TestRegistryFile_MCPServers(t *testing.T) {
+	got, err := loadMCP(t, mcpFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d servers", len(got))
+	}
+	f, i := got[0], got[1]
+	if f.Name != "files" || f.Command != "/bin/cat" || !slices.Equal(f.Args, []string{"--root", "/srv"}) || f.Limits.MaxExecutionTime != 30*time.Second {
+		t.Errorf("files: %+v", f)
+	}
+	if o := f.Tools["write_file"]; o.RequiresApproval == nil || !*o.RequiresApproval || o.Version != "1.0.0" || len(o.SchemaSHA256) != 64 {
+		t.Errorf("files' write_file: %+v", o)
+	}
+	t.Setenv("HOME", "/home/x")
+	if env := f.Environ(); !slices.Equal(env, []string{"PATH=" + tools.DefaultSearchPath, "HOME=/home/x", "LC_ALL=C"}) {
+		t.Errorf("environment %v", env)
+	}
+	if p, err := f.CommandPath(); err != nil || p != "/bin/cat" {
+		t.Errorf("CommandPath: %q %v", p, err)
+	}
+	if i.URL != "https://mcp.example.com/mcp" || i.HeadersFromEnv["Authorization"] != "ISSUES_TOKEN" || i.Version != "2.1.0" || !i.Idempotent || i.Limits.MaxConcurrent != 2 {
+		t.Errorf("issues: %+v", i)
+	}
+	if _, err := i.Headers(); err == nil || !strings.Contains(err.Error(), "ISSUES_TOKEN is not set") {
+		t.Errorf("a header whose variable is not set: %v", err)
+	}
+	t.Setenv("ISSUES_TOKEN", "Bearer s3cret")
+	if h, err := i.Headers(); err != nil || h["Authorization"] != "Bearer s3cret" {
+		t.Errorf("headers %v %v", h, err)
+	}
+
+	// Without a gateway, mcp_servers is refused, not ignored.
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	os.WriteFile(path, []byte(mcpFile), 0o600)
+	if _, err := tools.LoadRegistryFile(path); !errors.Is(err, tools.ErrRegistryFile) || !strings.Contains(err.Error(), ":2: mcp_servers") {
+		t.Errorf("LoadRegistryFile of a file with mcp_servers: %v", err)
+	}
+}
+
+// Bad declarations fail closed with the line and the reason.
+func TestRegistryFile_MCPServerErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, new string
+		line           int
+		reason         string
+	}{
+		{"both", "    url: https://mcp.example.com/mcp\n", "    url: https://mcp.example.com/mcp\n    command: x\n", 11, "not both"},
+		{"neither", "    command: /bin/cat\n", "", 2, "missing command (stdio) or url"},
+		{"literal secret", "{Authorization: ISSUES_TOKEN}", "{Authorization: Bearer abc}", 12, "must name an environment variable"},
+		{"credentials in url", "https://mcp.example.com/mcp", "https://u:p@mcp.example.com/mcp", 11, "must not hold credentials"},
+		{"relative command", "command: /bin/cat", "command: bin/cat", 3, "bare name"},
+		{"bad name", "name: files", "name: Files.x", 2, "lowercase words"},
+		{"duplicate name", "name: issues", "name: files", 10, "duplicate MCP server files (first declared at line 2)"},
+		{"unknown field", "    env: {LC_ALL: C}\n", "    env: {LC_ALL: C}\n    shell: true\n", 6, `unknown field "shell"`},
+		{"stdio field with url", "    idempotent: true\n", "    idempotent: true\n    args: [x]\n", 15, "goes with command"},
+		{"no limits", "    limits: {max_execution_time: 30s}\n", "", 2, "missing limits"},
+		{"bad version", "version: 2.1.0", "version: v2", 13, "not a semantic version"},
+		{"bad hash", "schema_sha256: 0123", "schema_sha256: xyz", 9, "64 lowercase hex"},
+		{"PATH in env", "env: {LC_ALL: C}", "env: {PATH: /tmp}", 5, "set search_path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := strings.Replace(mcpFile, tc.old, tc.new, 1)
+			if body == mcpFile {
+				t.Fatal("the case changes nothing")
+			}
+			_, err := loadMCP(t, body)
+			var fe *tools.RegistryFileError
+			if !errors.As(err, &fe) || fe.Line != tc.line || !strings.Contains(fe.Reason, tc.reason) {
+				t.Errorf("got %v; want line %d: %s", err, tc.line, tc.reason)
+			}
+		})
+	}
+}
