@@ -49,8 +49,9 @@ const maxRegistryFile = 16 << 20
 // file's tools. It fails closed: on any error it returns no registry and a
 // *RegistryFileError naming the file, the line and the reason.
 //
-// The format is YAML (JSON loads too), one entry per tool under "tools";
-// keys other than these are refused:
+// The format is YAML (JSON loads too), one entry per tool under "tools"
+// (and upstream MCP servers under "mcp_servers", see [MCPServer] and
+// [LoadRegistryFileWith]); keys other than these are refused:
 //
 //	tools:
 //	  - id: file.sha256                 # RFC-0001 4.1 id
