@@ -3,8 +3,11 @@ package mcp_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,5 +341,75 @@ func TestGateway_UnavailableRetriedWhenIdempotent(t *testing.T) {
 				t.Errorf("not idempotent: %s %+v after %d attempts; want one ResourceError", res.State, res.Error, len(res.Attempts))
 			}
 		})
+	}
+}
+
+// An upstream over streamable HTTP on loopback: its header comes from the
+// environment variable the file names, and a call reaches it COMPLETED; a
+// server that is gone is a ResourceError.
+func TestGateway_HTTPUpstream(t *testing.T) {
+	up := sdk.NewServer(&sdk.Implementation{Name: "web", Version: "0.3.0"}, nil)
+	var mu sync.Mutex
+	called := 0
+	up.AddTool(&sdk.Tool{Name: "ping", Description: "answers", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			mu.Lock()
+			called++
+			mu.Unlock()
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
+		})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up }, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer from-env" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gateway.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
+  - name: web
+    url: %s
+    headers_from_env: {Authorization: WEB_MCP_AUTH}
+    limits: {max_execution_time: 10s}
+`, srv.URL)), 0o600)
+
+	gw := mcp.NewGateway(nil)
+	if _, err := tools.LoadRegistryFileWith(file, gw.Tools); err == nil || !strings.Contains(err.Error(), "WEB_MCP_AUTH is not set") {
+		t.Fatalf("a header whose variable is not set: %v", err)
+	}
+	gw.Close()
+	t.Setenv("WEB_MCP_AUTH", "Bearer from-env")
+	gw = mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	run := func() *tgruntime.Result {
+		res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "web.ping", Input: []byte(`{}`), Principal: "p",
+			Grants: []capability.Capability{capability.MustParse("mcp.call:web")}})
+		if res == nil {
+			t.Fatal("no result")
+		}
+		return res
+	}
+	res := run()
+	mu.Lock()
+	n := called
+	mu.Unlock()
+	if res.State != "COMPLETED" || res.Version != "0.3.0" || !strings.Contains(string(res.Output), "pong") || n != 1 {
+		t.Fatalf("web.ping: %s %s %+v, %d calls", res.State, res.Output, res.Error, n)
+	}
+	srv.CloseClientConnections()
+	srv.Close()
+	if res := run(); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" {
+		t.Errorf("web.ping, its server gone: %s %+v", res.State, res.Error)
 	}
 }
