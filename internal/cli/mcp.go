@@ -47,11 +47,16 @@ for clients of protocol 2025-11-25 (sessions) and 2026-07-28 (stateless)
 alike. Callers authenticate with bearer tokens that the config file of
 'toolgate serve' (--config) maps to principals.
 
+A registry file's mcp_servers put other MCP servers behind toolgate: each of
+their tools is served as NAME.TOOL, governed like any other tool (it requires
+mcp.call:NAME/TOOL; a grant of mcp.call:NAME covers the server).
+
 Tools appear under their id (the highest version) and as ID--VERSION for each
 version. A tool that requires approval answers a call with an intent to
 approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 		Example: `  toolgate mcp --allow filesystem.read:.
-  toolgate mcp --http 127.0.0.1:7071 --config server.json --policy policy.json`,
+  toolgate mcp --http 127.0.0.1:7071 --config server.json --policy policy.json
+  toolgate mcp --registry gateway.yaml --allow mcp.call:files`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if who == "" {
