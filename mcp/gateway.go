@@ -180,7 +180,7 @@ type upstream struct {
 	closed  bool
 }
 
-// ErrUpstreamClosed is the cause of a call made after the gateway closed.
+// errUpstreamClosed is the cause of a call made after the gateway closed.
 var errUpstreamClosed = errors.New("the gateway is closed")
 
 func (u *upstream) transport() (sdk.Transport, error) {
@@ -216,7 +216,17 @@ func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
 		return nil, err
 	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, nil)
-	return c.Connect(ctx, t, nil)
+	cs, err := c.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, err
+	}
+	// A session that ends between calls (the process exited) is
+	// forgotten, so that the next call connects again instead of failing.
+	go func() {
+		cs.Wait()
+		u.drop(cs)
+	}()
+	return cs, nil
 }
 
 // listTools reads the server's whole tools/list.
@@ -421,7 +431,7 @@ func (u *upstream) drop(cs *sdk.ClientSession) {
 		u.session = nil
 	}
 	u.mu.Unlock()
-	go cs.Close() // a dead process is reaped; a live one is told to stop
+	go cs.Close() // a dead process is reaped; a live one is told to stop (closing twice is harmless)
 }
 
 func (u *upstream) close() error {
@@ -478,7 +488,7 @@ func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.Ra
 			return nil, ctx.Err() // the runtime records the deadline or the cancel; the SDK told the upstream
 		}
 		var we *jsonrpc.Error
-		if errors.As(err, &we) {
+		if errors.As(err, &we) && !errors.Is(err, sdk.ErrConnectionClosed) && !slices.Contains(transportCodes, we.Code) {
 			return nil, &UpstreamError{Server: t.up.decl.Name, Tool: t.name, Message: we.Message, Protocol: true}
 		}
 		t.up.drop(cs)
@@ -499,6 +509,12 @@ func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.Ra
 	}
 	return json.Marshal(out)
 }
+
+// transportCodes are the codes of the SDK's own errors for a connection
+// that is closing or a request its transport could not deliver (an HTTP
+// server gone): the upstream did not answer, so the call is unavailable,
+// not refused.
+var transportCodes = []int64{-32003, -32004, -32005}
 
 // UpstreamError is the failure an upstream MCP server reported for a call:
 // a result with isError (Protocol false), or a JSON-RPC error (Protocol

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
@@ -358,6 +359,10 @@ func TestGateway_HTTPUpstream(t *testing.T) {
 			mu.Unlock()
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
 		})
+	up.AddTool(&sdk.Tool{Name: "refuse", Description: "answers a JSON-RPC error", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the upstream refuses"}
+		})
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up }, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer from-env" {
@@ -406,6 +411,13 @@ func TestGateway_HTTPUpstream(t *testing.T) {
 	mu.Unlock()
 	if res.State != "COMPLETED" || res.Version != "0.3.0" || !strings.Contains(string(res.Output), "pong") || n != 1 {
 		t.Fatalf("web.ping: %s %s %+v, %d calls", res.State, res.Output, res.Error, n)
+	}
+	// A JSON-RPC error from the upstream is the tool's failure, not the
+	// upstream's absence.
+	res, _ = rt.Execute(context.Background(), tgruntime.Invocation{Tool: "web.refuse", Input: []byte(`{}`), Principal: "p",
+		Grants: []capability.Capability{capability.MustParse("mcp.call:web")}})
+	if res == nil || res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ExecutionError" || !strings.Contains(res.Error.Message, "the upstream refuses") {
+		t.Errorf("web.refuse: %+v", res)
 	}
 	srv.CloseClientConnections()
 	srv.Close()
