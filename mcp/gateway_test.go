@@ -250,6 +250,18 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 	}
 	cs.Close()
 	cmd.Wait()
+	// toolgate stopped the upstream it started when it exited.
+	b, err = os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := strconv.Atoi(string(b))
+	for i := 0; syscall.Kill(last, 0) == nil; i++ {
+		if i > 1000 {
+			t.Fatalf("the upstream (pid %d) outlived toolgate", last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	if out, err := exec.Command(bin, "--db", db, "audit", "verify").CombinedOutput(); err != nil {
 		t.Errorf("toolgate audit verify: %v\n%s", err, out)
