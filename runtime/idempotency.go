@@ -19,8 +19,9 @@ import (
 // Idempotency keys, per principal and tool: the first invocation with a key
 // runs; a later one with the same key and the same canonical request,
 // within the TTL, gets the stored result (failures included) marked
-// replayed, without running anything. The records live in state namespaces
-// no tool reaches.
+// replayed, without running anything. Only a call whose tool began to run
+// keeps its key (see finishKey). The records live in state namespaces no
+// tool reaches.
 const (
 	nsIdem       = reservedPrefix + "idempotency"        // scope -> idemRecord
 	nsIdemExpiry = reservedPrefix + "idempotency.expiry" // <expiry unix nanos>/<scope> -> ""
@@ -218,17 +219,18 @@ func purgeExpired(v *txn.StateView, now time.Time, keep string) error {
 }
 
 // finishKey settles the key once its invocation has ended: its attempts
-// become the key's result. A call that never got to run its tool and
-// failed for a passing reason (no free slot, the caller gave up, the
-// runtime closing) frees the key instead, so that a retry runs rather than
-// replaying "busy" for the whole TTL; a DENIED or FAILED call is stored,
-// like any other result.
-func (c *call) finishKey(ctx context.Context, res *Result, err error) error {
+// become the key's result. A key holds a result only once execution began
+// (Stripe's rule): a call refused before its tool ran (validation,
+// authorization, a refused intent, no free slot or rate limit, the caller
+// gave up, the runtime closing) frees the key, so that the retry after the
+// fix (the grant, the corrected input) runs rather than replaying the
+// refusal for the whole TTL. Its records stay, like any other.
+func (c *call) finishKey(ctx context.Context, res *Result) error {
 	h := c.idem
 	if h == nil {
 		return nil
 	}
-	free := !ran(res) && transient(err)
+	free := !ran(res)
 	done := h.rec
 	done.State = idemDone
 	for _, a := range res.Attempts {
@@ -260,19 +262,6 @@ func ran(res *Result) bool {
 		}
 	}
 	return false
-}
-
-// transient reports a failure that says nothing about the request itself.
-func transient(err error) bool {
-	switch c := classOf(err).(type) {
-	case *ResourceError:
-		return c.Transient
-	case *ExecutionError:
-		return c.Canceled
-	case *TimeoutError:
-		return c.Caller
-	}
-	return errors.Is(err, ErrClosed)
 }
 
 // recoverKeys settles the keys whose invocation a crash interrupted: its
