@@ -195,11 +195,11 @@ as --principal, by default cli:$USER.
 	cmd.Flags().StringVar(&intentHash, "hash", "", "the approved intent's SHA-256 hash (with --intent)")
 	cmd.Flags().StringVar(&idemKey, "idempotency-key", "", "run at most once per key (per principal and tool): a repeat returns the stored result")
 	cmd.Flags().BoolVar(&bypass, "bypass-idempotency", false, "run even though the key holds a result (audited as a bypass)")
-	cmd.Flags().DurationVar(&idemTTL, "idempotency-ttl", 0, "how long the key holds this call's result (default 24h)")
+	cmd.Flags().Var(newDurationValue(&idemTTL, 0), "idempotency-ttl", "how long the key holds this call's result (default 24h)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "fail at once if the key's first invocation is still running, instead of waiting for it")
 	// Lowers the tool's max execution time for this call (an invocation may
 	// only lower a declared limit); for tests that need a timeout.
-	cmd.Flags().DurationVar(&maxTime, "max-time", 0, "lower the tool's max execution time for this call")
+	cmd.Flags().Var(newDurationValue(&maxTime, 0), "max-time", "lower the tool's max execution time for this call")
 	cmd.Flags().MarkHidden("max-time")
 	return cmd
 }
