@@ -131,14 +131,20 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
   toolgate policy check --principal alice --allow filesystem.read:. file.read --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := g.lookup(args[0])
+			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
-			extra, err := parseAllow(allow)
+			id, version, _ := strings.Cut(args[0], "@")
+			e, err := reg.Lookup(id, version)
+			if err != nil {
+				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
+			extra, err := parseAllow(allow, reg)
 			if err != nil {
 				return usageErr("--allow: %v", err)
 			}
+			warnBroadGrants(stdio.Err, extra)
 			policy, perr := g.policy()
 			if policy == nil {
 				policy, _ = capability.NewPolicy(nil)

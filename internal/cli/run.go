@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -100,14 +99,15 @@ as --principal, by default cli:$USER.
 			if err != nil {
 				return usageErr("--input: %v", err)
 			}
-			grants, err := parseAllow(allow)
-			if err != nil {
-				return usageErr("--allow: %v", err)
-			}
 			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
+			grants, err := parseAllow(allow, reg)
+			if err != nil {
+				return usageErr("--allow: %v", err)
+			}
+			warnBroadGrants(stdio.Err, grants)
 			if intentID == "" {
 				if _, err := reg.Lookup(id, version); err != nil {
 					return usageErr("%v; 'toolgate tools' lists the registered tools", err)
@@ -300,28 +300,6 @@ func readInput(arg string, stdin io.Reader) (json.RawMessage, error) {
 		return nil, fmt.Errorf("input larger than %d bytes", maxInputFile)
 	}
 	return b, nil
-}
-
-// parseAllow parses --allow values, making relative filesystem scopes
-// absolute so that "filesystem.read:." means the current directory.
-func parseAllow(vals []string) ([]capability.Capability, error) {
-	out := make([]capability.Capability, 0, len(vals))
-	for _, v := range vals {
-		name, scope, scoped := strings.Cut(v, ":")
-		if scoped && strings.HasPrefix(name, "filesystem.") && scope != "" && !filepath.IsAbs(scope) {
-			abs, err := filepath.Abs(scope)
-			if err != nil {
-				return nil, err
-			}
-			v = name + ":" + abs
-		}
-		c, err := capability.Parse(v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // refusedErr reports an invocation refused before it ran (an intent that
