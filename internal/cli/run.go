@@ -115,11 +115,9 @@ as --principal, by default cli:$USER.
 			} else if err := g.intentDatabase(intentID); err != nil {
 				return err
 			}
-			policy, perr := g.policy()
-			if perr != nil {
-				// Fail closed: the run goes on under a deny-all policy, so the
-				// denial is recorded and audited with the reason.
-				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			policy, err := g.policy() // a broken policy file: refused before the database is opened
+			if err != nil {
+				return err
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended

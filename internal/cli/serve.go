@@ -79,9 +79,9 @@ the config file stores for it.`,
 			if !server.IsLoopback(addr) && !remote {
 				return usageErr("--addr %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
 			}
-			policy, perr := g.policy()
-			if perr != nil {
-				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			policy, err := g.policy() // a broken policy file: the server does not start
+			if err != nil {
+				return err
 			}
 			// Take the address first: a server that cannot listen must not
 			// create (or lock) the database.
