@@ -252,6 +252,16 @@ func (c *call) finishKey(ctx context.Context, res *Result) error {
 	})
 }
 
+// recordRan reports whether the attempt rec reached EXECUTING.
+func recordRan(rec *txn.Record) bool {
+	for _, t := range rec.Transitions {
+		if t.To == string(lifecycle.Executing) {
+			return true
+		}
+	}
+	return false
+}
+
 // ran reports whether any attempt of res reached EXECUTING.
 func ran(res *Result) bool {
 	for _, a := range res.Attempts {
@@ -266,7 +276,8 @@ func ran(res *Result) bool {
 
 // recoverKeys settles the keys whose invocation a crash interrupted: its
 // records (ABORTED, ROLLED_BACK "interrupted", or final) are its result; a
-// key whose call left no record at all is freed. The records are read once
+// key whose call left no record, or only attempts refused before they ran,
+// is freed (see finishKey). The records are read once
 // for all such keys.
 func (r *Runtime) recoverKeys(ctx context.Context) error {
 	all, err := r.store.StateValues(ctx, nsIdem)
@@ -299,7 +310,7 @@ func (r *Runtime) recoverKeys(ctx context.Context) error {
 	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		for scope, rec := range running {
 			got := attempts[call{rec.CallID, rec.Principal, rec.Tool}]
-			if len(got) == 0 {
+			if !slices.ContainsFunc(got, recordRan) { // no record, or refused before it ran
 				v.Delete(nsIdemExpiry, expiryKey(rec.ExpiresAt, scope))
 				if err := v.Delete(nsIdem, scope); err != nil {
 					return err

@@ -407,3 +407,40 @@ func TestIdempotency_RefusedCallFreesKey(t *testing.T) {
 		t.Fatalf("the DENIED record: %s", rec.State)
 	}
 }
+
+// After a crash, a key whose call left only an attempt refused before it
+// ran is freed on Open, as finishKey would have done.
+func TestIdempotency_RecoveredRefusedCallFreesKey(t *testing.T) {
+	var runs atomic.Int32
+	guarded := func() tools.Tool {
+		return countingTool("test.guarded", &runs, func(d *tools.Declaration) {
+			d.RequiredCapabilities = []capability.Capability{capability.MustParse("state.write:guarded")}
+		})
+	}
+	rt, path := openRuntime(t, nil, guarded())
+	ctx := context.Background()
+	inv := keyed("test.guarded", `{"msg":"a"}`, "k")
+	inv.CallID = "refused-call"
+	if res, err := rt.Execute(ctx, inv); !errors.Is(err, tgruntime.ErrAuthorization) || res.State != lifecycle.Denied {
+		t.Fatalf("without the grant: %+v, %v", res, err)
+	}
+	// The key as a crash before finishKey would leave it: running, for the
+	// DENIED call.
+	store := tgruntime.StoreOf(rt)
+	scope := "crashed"
+	store.PutState(ctx, "toolgate.idempotency", scope, []byte(`{"principal":"tester","tool":"test.guarded","key":"k","requestHash":"x","callId":"refused-call","state":"running","createdAt":"2026-11-22T12:00:00Z","expiresAt":"2999-01-01T00:00:00Z"}`))
+	rt.Close(ctx)
+
+	reg := tools.NewRegistry()
+	if err := reg.Register(guarded()); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(ctx)
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.idempotency"); vals[scope] != nil {
+		t.Errorf("the key of a call refused before it ran was kept after the crash: %s", vals[scope])
+	}
+}
