@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -145,7 +146,9 @@ with every lifecycle transition in a bbolt database.
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(debug.ReadBuildInfo()),
 	}
+	root.SetVersionTemplate("toolgate {{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
