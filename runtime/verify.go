@@ -54,42 +54,76 @@ const auditSlack = 10 * time.Minute
 // side): the cost does not grow with the log. It returns what disagrees (nothing when the log proves the
 // record), or an error if the log cannot be read.
 func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]Discrepancy, error) {
-	from, to := rec.StartedAt, rec.StartedAt
-	for _, t := range rec.Transitions {
-		if t.At.Before(from) {
-			from = t.At
-		}
-		if t.At.After(to) {
-			to = t.At
-		}
-	}
-	if rec.EndedAt.After(to) {
-		to = rec.EndedAt
-	}
-	if rec.State == string(lifecycle.Executing) {
-		to = time.Now() // in flight: recovery may add events at any time
-	}
-	var evs []audit.Event
-	needle := `"executionId":"` + rec.ExecutionID + `"`
-	var derr error
-	err := store.AuditSearch(ctx, needle, from.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
-		var ev audit.Event
-		if err := json.Unmarshal(e.Event, &ev); err != nil {
-			derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
-			return true
-		}
-		if ev.ExecutionID == rec.ExecutionID && ev.Intent == nil {
-			evs = append(evs, ev)
-		}
-		return false
-	})
-	if err != nil {
+	needle, from, to := executionWindow(rec)
+	c := newEventCollector(rec.ExecutionID)
+	if err := store.AuditSearch(ctx, needle, from, to, c.add); err != nil {
 		return nil, err
 	}
-	if derr != nil {
-		return []Discrepancy{{Kind: "execution", ID: rec.ExecutionID, Field: "events", Detail: derr.Error()}}, nil
+	return c.compare(rec), nil
+}
+
+// ReadExecution reads the record of an execution and checks it against its
+// audit events, both from one state of the store (see
+// [txn.Store.GetWithAudit]): what show and GET /v1/executions/{id} display.
+// The error wraps txn.ErrNotFound or txn.ErrCorrupt for a record that is
+// missing or does not decode (or names another execution).
+func ReadExecution(ctx context.Context, store *txn.Store, executionID string) (*txn.Record, []Discrepancy, error) {
+	c := newEventCollector(executionID)
+	rec, err := store.GetWithAudit(ctx, executionID, executionWindow, c.add)
+	if err != nil {
+		return nil, nil, err
 	}
-	return compareExecution(rec.ExecutionID, rec, evs), nil
+	return rec, c.compare(rec), nil
+}
+
+// executionWindow is where a record's events are searched for: its id, and
+// its first to its last recorded time widened by auditSlack each side (to
+// now while it is in flight: recovery may add events at any time).
+func executionWindow(rec *txn.Record) (needle string, from, to int64) {
+	first, last := rec.StartedAt, rec.StartedAt
+	for _, t := range rec.Transitions {
+		if t.At.Before(first) {
+			first = t.At
+		}
+		if t.At.After(last) {
+			last = t.At
+		}
+	}
+	if rec.EndedAt.After(last) {
+		last = rec.EndedAt
+	}
+	if !lifecycle.State(rec.State).Terminal() {
+		last = time.Now()
+	}
+	return `"executionId":"` + rec.ExecutionID + `"`, first.Add(-auditSlack).UnixMilli(), last.Add(auditSlack).UnixMilli()
+}
+
+// eventCollector gathers the events of one execution found by a search.
+type eventCollector struct {
+	id   string
+	evs  []audit.Event
+	derr error
+}
+
+func newEventCollector(id string) *eventCollector { return &eventCollector{id: id} }
+
+func (c *eventCollector) add(e txn.AuditEntry) bool {
+	var ev audit.Event
+	if err := json.Unmarshal(e.Event, &ev); err != nil {
+		c.derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
+		return true
+	}
+	if ev.ExecutionID == c.id && ev.Intent == nil {
+		c.evs = append(c.evs, ev)
+	}
+	return false
+}
+
+func (c *eventCollector) compare(rec *txn.Record) []Discrepancy {
+	if c.derr != nil {
+		return []Discrepancy{{Kind: "execution", ID: c.id, Field: "events", Detail: c.derr.Error()}}
+	}
+	return compareExecution(c.id, rec, c.evs)
 }
 
 // compareExecution compares the record stored under key with the audit
@@ -120,6 +154,27 @@ func compareExecution(key string, rec *txn.Record, evs []audit.Event) []Discrepa
 	last := evs[len(evs)-1]
 	if rec.State != last.State {
 		bad("state", "the record says %s, the audit log %s", rec.State, last.State)
+	}
+	for i, t := range rec.Transitions {
+		prev := string(lifecycle.Declared)
+		if i > 0 {
+			prev = rec.Transitions[i-1].To
+		}
+		if t.From != prev || !lifecycle.Allowed(lifecycle.State(t.From), lifecycle.State(t.To)) {
+			bad("transitions", "transition %d (%s -> %s) does not follow the lifecycle", i+1, t.From, t.To)
+			break
+		}
+	}
+	if n := len(evs); n > 0 && lifecycle.State(evs[n-1].State).Terminal() {
+		end := evs[n-1]
+		if rec.EndedAt.UnixMilli() != end.Timestamp {
+			bad("endedAt", "the record ended at %s, the audit log at %s",
+				rec.EndedAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(end.Timestamp).UTC().Format(time.RFC3339Nano))
+		}
+		if end.Duration != nil && rec.EndedAt.Sub(rec.StartedAt).Milliseconds() != *end.Duration {
+			bad("startedAt", "the record's duration is %v, the audit log's %v",
+				rec.EndedAt.Sub(rec.StartedAt).Round(time.Millisecond), time.Duration(*end.Duration)*time.Millisecond)
+		}
 	}
 	if len(rec.Transitions) != len(evs) {
 		bad("transitions", "the record has %d transitions, the audit log %d", len(rec.Transitions), len(evs))
@@ -586,6 +641,13 @@ func unmatchedRecords(ctx context.Context, store *txn.Store, emit func([]Discrep
 // audit events (see the package function [VerifyExecution]).
 func (r *Runtime) VerifyExecution(ctx context.Context, rec *txn.Record) ([]Discrepancy, error) {
 	return VerifyExecution(ctx, r.store, rec)
+}
+
+// ReadExecution reads an execution's record and checks it against its audit
+// events in one read of the store (see the package function
+// [ReadExecution]).
+func (r *Runtime) ReadExecution(ctx context.Context, executionID string) (*txn.Record, []Discrepancy, error) {
+	return ReadExecution(ctx, r.store, executionID)
 }
 
 // VerifyIntent checks one intent against its audit events (see the package

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -434,5 +436,53 @@ func TestVerifyRecords_IdempotencyKeyRedirected(t *testing.T) {
 	})
 	if ds := discrepancies(t, path); !hasDiscrepancy(ds, "idempotency key", "k1", "executions") {
 		t.Fatalf("a redirected key is not reported: %v", ds)
+	}
+}
+
+// A record read while its attempt runs is proven by the events of the same
+// state of the store: polling in-flight executions never reports an honest
+// record as not proven (a transition committed between two reads did).
+func TestReadExecution_InFlightIsNotAFalseAlarm(t *testing.T) {
+	ctx := context.Background()
+	slow := tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		time.Sleep(2 * time.Millisecond)
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, slow)
+	done := make(chan struct{})
+	var calls sync.WaitGroup
+	for i := range 60 {
+		calls.Go(func() {
+			rt.Execute(ctx, invoke("test.slow", fmt.Sprintf(`{"msg":"m%d"}`, i)))
+		})
+	}
+	go func() { calls.Wait(); close(done) }()
+	polls := 0
+	for {
+		select {
+		case <-done:
+			if polls == 0 {
+				t.Log("no poll landed while calls ran")
+			}
+			return
+		default:
+		}
+		recs, err := rt.Executions(ctx, txn.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.State == "COMPLETED" {
+				continue
+			}
+			polls++
+			_, ds, err := rt.ReadExecution(ctx, r.ExecutionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) > 0 {
+				t.Fatalf("an honest in-flight record reported as not proven: %v", ds)
+			}
+		}
 	}
 }

@@ -758,7 +758,8 @@ func (s *Server) getTool(w http.ResponseWriter, r *http.Request, _ TokenConfig) 
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenConfig) {
-	rec, err := s.rt.Execution(r.Context(), r.PathValue("id"))
+	// The record and its audit events, read from one state of the store.
+	rec, ds, err := s.rt.ReadExecution(r.Context(), r.PathValue("id"))
 	switch {
 	case errors.Is(err, txn.ErrNotFound) || (err == nil && rec.Principal != who.Principal && !who.Approver):
 		// Another principal's execution is not found, rather than forbidden: ids are not an oracle.
@@ -772,11 +773,6 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 	default:
 		noted(w).executionID = rec.ExecutionID
 		// A record is shown only as the audit log proves it.
-		ds, err := s.rt.VerifyExecution(r.Context(), rec)
-		if err != nil {
-			problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
-			return
-		}
 		if len(ds) > 0 {
 			problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
 				"it was changed outside toolgate; run 'toolgate audit verify'", map[string]any{"discrepancies": ds})

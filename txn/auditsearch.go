@@ -29,8 +29,42 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 	if needle == "" {
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
+	return s.view(ctx, func(tx *bolt.Tx) error { return auditSearch(ctx, tx, needle, from, to, fn) })
+}
+
+// GetWithAudit reads the record of an execution and searches the audit log
+// for its events (as AuditSearch does, with the needle and window that
+// window gives for the record) in one read transaction, so that the record
+// and the events are of one state of the store: a transition committed
+// between two reads cannot look like a record that disagrees with its
+// events. It returns the record, or an error wrapping ErrNotFound or
+// ErrCorrupt.
+func (s *Store) GetWithAudit(ctx context.Context, executionID string, window func(*Record) (needle string, from, to int64), fn func(AuditEntry) bool) (*Record, error) {
+	var rec *Record
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		data := getRecord(tx, []byte(executionID))
+		if data == nil {
+			return fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
+		}
+		var err error
+		if rec, err = decodeRecord(executionID, data); err != nil {
+			return err
+		}
+		needle, from, to := window(rec)
+		if needle == "" {
+			return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
+		}
+		return auditSearch(ctx, tx, needle, from, to, fn)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+func auditSearch(ctx context.Context, tx *bolt.Tx, needle string, from, to int64, fn func(AuditEntry) bool) error {
 	n := []byte(needle)
-	return s.view(ctx, func(tx *bolt.Tx) error {
+	{
 		log := tx.Bucket(bucketAudit)
 		if log == nil {
 			return nil
@@ -92,7 +126,7 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // timestamps returns the least and the greatest "timestamp" of the events

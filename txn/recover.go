@@ -37,6 +37,15 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 			if err != nil {
 				return err
 			}
+			// Only a claim is finished: a record put in the claims by hand
+			// (a final one moved there, so that recovery would rewrite it
+			// with genuine events) is refused, never rewritten.
+			if rec.State != "EXECUTING" {
+				return fmt.Errorf("%w: the claim of execution %q is in state %s, not EXECUTING: it was changed outside toolgate", ErrCorrupt, id, rec.State)
+			}
+			if tx.Bucket(bucketExecutions).Get(id) != nil {
+				return fmt.Errorf("%w: execution %q is both claimed and final: it was changed outside toolgate", ErrCorrupt, id)
+			}
 			events, err := finish(rec)
 			if err != nil {
 				return fmt.Errorf("txn: recover execution %q: %w", id, err)

@@ -151,7 +151,7 @@ names each field that disagrees, and exits 7.
 				return usageErr("no execution %s", clean(id))
 			}
 			defer store.Close()
-			rec, err := store.Get(cmd.Context(), id)
+			rec, ds, err := tgruntime.ReadExecution(cmd.Context(), store, id)
 			if errors.Is(err, txn.ErrNotFound) {
 				return usageErr("no execution %s", clean(id))
 			}
@@ -160,10 +160,6 @@ names each field that disagrees, and exits 7.
 			}
 			if err != nil {
 				return internalErr(err)
-			}
-			ds, err := tgruntime.VerifyExecution(cmd.Context(), store, rec)
-			if err != nil {
-				return internalErr(fmt.Errorf("reading the audit log: %w", err))
 			}
 			if len(ds) > 0 && !g.json {
 				writeDiscrepancies(stdio.Out, "this record", ds)
