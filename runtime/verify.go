@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,6 +264,7 @@ func short(h string) string {
 type intentEvents struct {
 	history    []audit.Event
 	executions []string
+	execEvents []audit.Event // the EXECUTING event of each execution
 }
 
 // VerifyIntent checks one intent (as [ReadIntent] returns it) against the
@@ -270,13 +272,10 @@ type intentEvents struct {
 // execution. It returns what disagrees, or an error if the log cannot be
 // read.
 func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
-	to := in.ProposedAt
-	if in.Decision != nil && in.Decision.At.After(to) {
-		to = in.Decision.At
-	}
-	if in.Execution != nil && in.Execution.At.After(to) {
-		to = in.Execution.At
-	}
+	// Up to now: a decision or an execution the store no longer shows (a
+	// mark removed to run it again) can be anywhere in the log after the
+	// proposal; so can a refusal.
+	to := time.Now()
 	ie := &intentEvents{}
 	err := store.AuditSearch(ctx, in.ID, in.ProposedAt.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
 		var ev audit.Event
@@ -297,6 +296,7 @@ func (ie *intentEvents) add(id string, ev audit.Event) {
 		ie.history = append(ie.history, ev)
 	case ev.IntentID == id && ev.State == string(lifecycle.Executing):
 		ie.executions = append(ie.executions, ev.ExecutionID)
+		ie.execEvents = append(ie.execEvents, ev)
 	}
 }
 
@@ -373,6 +373,44 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 		bad("execution", "the store says execution %s ran it, the audit log does not", x.ExecutionID)
 	case len(ie.executions) > 1:
 		bad("execution", "the audit log records %d executions of it", len(ie.executions))
+	case x != nil:
+		e := ie.execEvents[slices.Index(ie.executions, x.ExecutionID)]
+		switch {
+		case e.UserID != x.Principal:
+			bad("execution", "the store says %q ran it, the audit log %q", x.Principal, e.UserID)
+		case e.CallID != x.CallID:
+			bad("execution", "the store says it ran as call %s, the audit log as call %s", x.CallID, e.CallID)
+		case e.Timestamp != x.At.UnixMilli():
+			bad("execution", "the store says it ran at %s, the audit log at %s",
+				x.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(e.Timestamp).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	// Every refused request, in order, as its event says.
+	var refused []audit.Event
+	for _, e := range ie.history {
+		if e.Intent.Action == audit.IntentRefused {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) != len(in.Refusals) {
+		bad("refusals", "the store lists %d refused requests, the audit log %d", len(in.Refusals), len(refused))
+	} else {
+		// Concurrent refusals may commit in another order than their
+		// times: compare both sorted by time, who and why.
+		refusals := slices.Clone(in.Refusals)
+		slices.SortStableFunc(refusals, func(a, b IntentRefusal) int {
+			return cmp.Or(cmp.Compare(a.At.UnixMilli(), b.At.UnixMilli()), strings.Compare(a.Principal, b.Principal), strings.Compare(a.Code, b.Code))
+		})
+		slices.SortStableFunc(refused, func(a, b audit.Event) int {
+			return cmp.Or(cmp.Compare(a.Timestamp, b.Timestamp), strings.Compare(a.UserID, b.UserID), strings.Compare(a.Intent.Code, b.Intent.Code))
+		})
+		for i, r := range refusals {
+			e := refused[i]
+			if r.Principal != e.UserID || r.Code != e.Intent.Code || r.At.UnixMilli() != e.Timestamp {
+				bad("refusals", "refused request %d (%s by %q) differs from the audit log's (%s by %q)", i+1, r.Code, r.Principal, e.Intent.Code, e.UserID)
+				break
+			}
+		}
 	}
 	return out
 }
@@ -382,6 +420,9 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 // the store's API has no event, and is refused.
 func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 	ds, err := VerifyIntent(ctx, r.store, in)
+	// Refusals are history, recorded best effort and concurrently: not
+	// what an approval rests on.
+	ds = slices.DeleteFunc(ds, func(d Discrepancy) bool { return d.Field == "refusals" })
 	if err == nil && slices.ContainsFunc(ds, func(d Discrepancy) bool { return d.Field == "execution" }) {
 		// The log records an execution the intent as read does not have:
 		// another call claimed it since it was read (the store has it now:

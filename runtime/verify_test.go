@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,5 +486,98 @@ func TestReadExecution_InFlightIsNotAFalseAlarm(t *testing.T) {
 				t.Fatalf("an honest in-flight record reported as not proven: %v", ds)
 			}
 		}
+	}
+}
+
+// The executed mark of an intent is proven by its execution's events
+// wherever they are in the log: removed to run the intent again an hour
+// after its approval, it is refused (and reported), and the tool does not
+// run twice. The mark's principal, call and time, and the refused
+// requests, are compared with their events.
+func TestIntent_HistoryEditsAreReported(t *testing.T) {
+	ctx := context.Background()
+	var runs atomic.Int32
+	counted := tool(decl("test.counted"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		runs.Add(1)
+		return in, nil
+	})
+	clk := &clock{now: time.Now().Add(-2 * time.Hour)}
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	open := func() *tgruntime.Runtime {
+		reg := tools.NewRegistry()
+		if err := reg.Register(counted); err != nil {
+			t.Fatal(err)
+		}
+		rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt
+	}
+	rt := open()
+	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, in.ID, in.Hash); intentCode(err) != "intent_pending" {
+		t.Fatalf("pending: %v", err)
+	}
+	if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Hour)
+	if _, err := execIntent(rt, in.ID, in.Hash); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(ctx)
+	state := func(tx *bolt.Tx, name string) *bolt.Bucket { return tx.Bucket([]byte("state")).Bucket([]byte(name)) }
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(tx *bolt.Tx) error
+		field string
+		run   bool // try to run it again
+	}{
+		{"executed mark removed", func(tx *bolt.Tx) error {
+			return state(tx, "toolgate.intent.executed").Delete([]byte(in.ID))
+		}, "execution", true},
+		{"executed mark's principal changed", func(tx *bolt.Tx) error {
+			b := state(tx, "toolgate.intent.executed")
+			var x map[string]any
+			if err := json.Unmarshal(b.Get([]byte(in.ID)), &x); err != nil {
+				return err
+			}
+			x["principal"] = "mallory"
+			v, _ := json.Marshal(x)
+			return b.Put([]byte(in.ID), v)
+		}, "execution", false},
+		{"refusal deleted", func(tx *bolt.Tx) error {
+			b := state(tx, "toolgate.intent.refusals")
+			k, _ := b.Cursor().First()
+			if k == nil {
+				return errors.New("no refusal stored")
+			}
+			return b.Delete(append([]byte(nil), k...))
+		}, "refusals", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			saved, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(path, saved, 0o600)
+			tamper(t, path, tc.edit)
+			if tc.run {
+				rt := open()
+				_, err := execIntent(rt, in.ID, in.Hash)
+				rt.Close(ctx)
+				if intentCode(err) != "intent_corrupt" || runs.Load() != 1 {
+					t.Fatalf("run again after the edit: %v, %d runs; want intent_corrupt and 1 run", err, runs.Load())
+				}
+			}
+			if ds := discrepancies(t, path); !hasDiscrepancy(ds, "intent", in.ID, tc.field) {
+				t.Fatalf("not reported: want intent %s field %s, got %v", in.ID, tc.field, ds)
+			}
+		})
 	}
 }
