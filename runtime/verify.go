@@ -292,6 +292,10 @@ func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepa
 
 func (ie *intentEvents) add(id string, ev audit.Event) {
 	switch {
+	case ev.Intent != nil && ev.Intent.ID == id && ev.Intent.Action == audit.IntentExecuted:
+		// An execution mark imported from an earlier version.
+		ie.executions = append(ie.executions, ev.ExecutionID)
+		ie.execEvents = append(ie.execEvents, ev)
 	case ev.Intent != nil && ev.Intent.ID == id:
 		ie.history = append(ie.history, ev)
 	case ev.IntentID == id && ev.State == string(lifecycle.Executing):
@@ -797,4 +801,67 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 			}
 		}
 	}
+}
+
+// nsMeta holds the runtime's own markers; intentsAudited is set once every
+// stored intent is under the audit log.
+const (
+	nsMeta         = reservedPrefix + "meta"
+	intentsAudited = "intents.audited"
+)
+
+// auditLegacyIntents brings the intents of a database written by a version
+// that did not audit them under the audit log, once, at the first open by
+// this version: each stored proposal, decision, execution mark and refused
+// request gets its event (Code "imported", with its original time), in one
+// update with the marker. Without it every such intent would be reported as
+// changed outside toolgate, and an approved one would never run.
+//
+// It imports only a log that holds no intent event at all: a database that
+// this version has written never imports again, even if the marker was
+// removed, so intents written below the store's API later are never
+// laundered into the log. Intents stored before the upgrade are trusted as
+// they were found: nothing proved them before.
+func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
+	if _, ok, err := r.store.StateValue(ctx, nsMeta, intentsAudited); err != nil || ok {
+		return err
+	}
+	audited := false
+	if err := r.store.AuditSearch(ctx, `"intent":{"id":`, -1<<62, 1<<62, func(txn.AuditEntry) bool {
+		audited = true
+		return true
+	}); err != nil {
+		return err
+	}
+	var events []txn.AuditEvent
+	if !audited {
+		all, err := ReadIntents(ctx, r.store, IntentFilter{})
+		if err != nil {
+			return err
+		}
+		for _, in := range all {
+			events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, in.Proposer, in.ProposedAt,
+				&audit.IntentAction{Action: audit.IntentProposed, Code: "imported"}))
+			if d := in.Decision; d != nil {
+				a := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Code: "imported"}
+				if d.Approved {
+					a.Action = audit.IntentApproved
+				}
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, a))
+			}
+			for _, ref := range in.Refusals {
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, ref.Principal, ref.At,
+					&audit.IntentAction{Action: audit.IntentRefused, Code: ref.Code}))
+			}
+			if x := in.Execution; x != nil {
+				e := audit.Event{EventID: r.ids.Ordered(), Timestamp: x.At.UnixMilli(), ToolID: in.Tool, ToolVersion: in.Version,
+					ExecutionID: x.ExecutionID, CallID: x.CallID, State: "EXECUTED", UserID: x.Principal, InputHash: hashJSON(in.Input),
+					Intent: &audit.IntentAction{ID: in.ID, Hash: in.Hash, Action: audit.IntentExecuted, Code: "imported"}}
+				events = append(events, txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true})
+			}
+		}
+	}
+	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		return v.Put(nsMeta, intentsAudited, []byte(r.opts.Now().UTC().Format(time.RFC3339Nano)))
+	}, events...)
 }

@@ -581,3 +581,107 @@ func TestIntent_HistoryEditsAreReported(t *testing.T) {
 		})
 	}
 }
+
+// A database written by a version that did not audit intents: its intents
+// are brought under the audit log at the first open by this version (so
+// none is reported as changed, and an approved one still runs), and only
+// then: with the marker removed later, an intent written below the store's
+// API is not laundered into the log.
+func TestOpen_ImportsIntentsOfAnEarlierVersion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	// What the earlier version stored, and no event of it.
+	s, err := txn.Open(path, &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(ns, key string, v any) {
+		b, _ := json.Marshal(v)
+		if err := s.PutState(ctx, ns, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	intent := func(id, msg string) string {
+		input := json.RawMessage(`{"msg":"` + msg + `"}`)
+		hash, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
+		put("toolgate.intents", id, map[string]any{"id": id, "hash": hash, "tool": "test.echo", "version": "1.0.0",
+			"input": input, "proposer": "agent", "proposedAt": at})
+		return hash
+	}
+	approved := "0f8fad5b-d9cb-469f-a165-70867728950e"
+	rejected := "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	hash := intent(approved, "go")
+	intent(rejected, "no")
+	put("toolgate.intent.decisions", approved, tgruntime.IntentDecision{Approved: true, By: "alice", At: at})
+	put("toolgate.intent.decisions", rejected, tgruntime.IntentDecision{By: "bob", At: at, Reason: "not today"})
+	s.Close()
+
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	if ds := verifyRT(t, rt); len(ds) != 0 {
+		t.Fatalf("intents of an earlier version reported: %v", ds)
+	}
+	if res, err := execIntent(rt, approved, hash); err != nil || res.State != "COMPLETED" {
+		t.Fatalf("an approved intent of an earlier version: %+v, %v", res, err)
+	}
+	if ds := verifyRT(t, rt); len(ds) != 0 {
+		t.Fatalf("after its execution: %v", ds)
+	}
+	rt.Close(ctx)
+
+	// The marker removed, and an intent written below the API: no import.
+	forged := "16fd2706-8baf-433b-82eb-8c7fada847da"
+	tamper(t, path, func(tx *bolt.Tx) error {
+		st := tx.Bucket([]byte("state"))
+		if err := st.Bucket([]byte("toolgate.meta")).Delete([]byte("intents.audited")); err != nil {
+			return err
+		}
+		input := json.RawMessage(`{"msg":"evil"}`)
+		h, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
+		b, _ := json.Marshal(map[string]any{"id": forged, "hash": h, "tool": "test.echo", "version": "1.0.0", "input": input, "proposer": "agent", "proposedAt": at})
+		if err := st.Bucket([]byte("toolgate.intents")).Put([]byte(forged), b); err != nil {
+			return err
+		}
+		d, _ := json.Marshal(tgruntime.IntentDecision{Approved: true, By: "alice", At: at})
+		return st.Bucket([]byte("toolgate.intent.decisions")).Put([]byte(forged), d)
+	})
+	rt, _ = openRuntimeAt(t, path, echo("test.echo"))
+	in, err := rt.Intent(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, forged, in.Hash); intentCode(err) != "intent_corrupt" {
+		t.Fatalf("an intent written after the upgrade, with the marker removed: %v; want intent_corrupt", err)
+	}
+	if ds := verifyRT(t, rt); !hasDiscrepancy(ds, "intent", forged, "proposal") {
+		t.Fatalf("not reported: %v", ds)
+	}
+}
+
+func openRuntimeAt(t *testing.T, path string, ts ...tools.Tool) (*tgruntime.Runtime, string) {
+	t.Helper()
+	reg := tools.NewRegistry()
+	for _, tl := range ts {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, path
+}
+
+func verifyRT(t *testing.T, rt *tgruntime.Runtime) []tgruntime.Discrepancy {
+	t.Helper()
+	var out []tgruntime.Discrepancy
+	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+		out = append(out, d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
