@@ -30,6 +30,29 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
 	n := []byte(needle)
+	if s.be != nil {
+		// The backend filters groups by needle; the time window is applied
+		// here, group by group, as below.
+		return s.be.auditGroups(ctx, 0, n, func(seq uint64, v []byte) (bool, error) {
+			min, max := timestamps(v)
+			if min > to {
+				return false, nil
+			}
+			if max < from {
+				return true, nil
+			}
+			var group []AuditEntry
+			if err := json.Unmarshal(v, &group); err != nil {
+				return false, fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
+			}
+			for _, e := range group {
+				if fn(e) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
 	return s.view(ctx, func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)
 		if log == nil {
@@ -138,6 +161,12 @@ func timestamps(group []byte) (min, max int64) {
 // under; rec is nil and err wraps ErrCorrupt when its bytes do not decode.
 // fn must not call the Store: it runs inside the read transaction.
 func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key string, rec *Record, err error) bool) error {
+	if s.be != nil {
+		return s.be.walk(ctx, after, func(id string, data []byte) bool {
+			rec, err := decodeRecord(id, data)
+			return fn(id, rec, err)
+		})
+	}
 	return s.view(ctx, func(tx *bolt.Tx) error {
 		done := tx.Bucket(bucketExecutions).Cursor()
 		var claims *bolt.Cursor
@@ -191,6 +220,9 @@ func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key strin
 func (s *Store) StatePage(ctx context.Context, namespace, after string, n int) ([]Entry, error) {
 	if err := validateNamespace(namespace); err != nil {
 		return nil, err
+	}
+	if s.be != nil {
+		return s.be.statePage(ctx, namespace, after, n)
 	}
 	var out []Entry
 	err := s.view(ctx, func(tx *bolt.Tx) error {
