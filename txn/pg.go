@@ -65,7 +65,19 @@ var pgSchema = []string{
 	`INSERT INTO toolgate_audit_head (id, seq, hash) VALUES (1, 0, '\x0000000000000000000000000000000000000000000000000000000000000000')`,
 }
 
-// isPostgresURL reports whether path names a Postgres database.
+// IsPostgresURL reports whether path, as given to [Open], names a Postgres
+// database (a postgres:// or postgresql:// URL) rather than a file.
+func IsPostgresURL(path string) bool { return isPostgresURL(path) }
+
+// ShownPath returns path as messages may show it: a Postgres URL with its
+// password hidden, a file path as it is.
+func ShownPath(path string) string {
+	if isPostgresURL(path) {
+		return redactURL(path)
+	}
+	return path
+}
+
 func isPostgresURL(path string) bool {
 	return strings.HasPrefix(path, "postgres://") || strings.HasPrefix(path, "postgresql://")
 }

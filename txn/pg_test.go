@@ -118,6 +118,12 @@ func TestPostgresPasswordNotShown(t *testing.T) {
 	if strings.Contains(s.Path(), "s3cret-pw") {
 		t.Fatalf("Path() shows the password: %s", s.Path())
 	}
+	if !txn.IsPostgresURL(u.String()) || txn.IsPostgresURL("/var/lib/toolgate.db") {
+		t.Fatal("IsPostgresURL is wrong")
+	}
+	if shown := txn.ShownPath(u.String()); strings.Contains(shown, "s3cret-pw") || !strings.HasPrefix(shown, "postgres://") {
+		t.Fatalf("ShownPath = %s", shown)
+	}
 	u.Host = "127.0.0.1:1" // nothing listens there
 	u.RawQuery = "connect_timeout=2"
 	_, err = txn.Open(u.String(), nil)
