@@ -41,6 +41,11 @@ const pgSchemaVersion = 1
 // pgWriterLock is the advisory lock key a writer holds ("toolgate").
 const pgWriterLock int64 = 0x746f6f6c67617465
 
+// pgWriteTimeout bounds one group's transaction: a database that does not
+// answer fails the writes (and, the outcome being unknown, poisons the
+// Store) rather than hanging them.
+const pgWriteTimeout = 30 * time.Second
+
 // pgMigrateLock serializes schema creation and migration ("toolgatm").
 const pgMigrateLock int64 = 0x746f6f6c6761746d
 
@@ -357,11 +362,14 @@ func (p *pgStore) commitGroup(batch []*pgReq) {
 			todo = slices.Delete(todo, failed, failed+1)
 		case err != nil:
 			perr := err
+			if p.wconn.IsClosed() {
+				perr = fmt.Errorf("the connection to Postgres was lost, and the writer lock with it: %w", err)
+			}
 			if p.wconn.IsClosed() || errors.Is(err, errCommitUnknown) {
 				// The session, and the writer lock with it, is gone, or
 				// the commit's outcome is not known: as an I/O error in
 				// bbolt, refuse further work until reopened.
-				perr = s.poison(err)
+				perr = s.poison(perr)
 			}
 			for _, r := range todo {
 				r.err = perr
@@ -380,7 +388,15 @@ var errCommitUnknown = errors.New("the outcome of the commit is unknown")
 // and the rest redone), or -1 and the error of the transaction itself.
 func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	s := p.s
-	ctx := context.Background() // queued writes complete: their outcome is never unknown to the caller
+	// Not the callers' contexts: a queued write completes, so its outcome
+	// is never unknown to its caller.
+	ctx, cancel := context.WithTimeout(context.Background(), pgWriteTimeout)
+	defer cancel()
+	defer func() {
+		if err != nil && failed < 0 && ctx.Err() != nil {
+			err = fmt.Errorf("%w (no answer from Postgres within %v)", err, pgWriteTimeout)
+		}
+	}()
 	tx, err := p.wconn.Begin(ctx)
 	if err != nil {
 		return -1, fmt.Errorf("txn: %s: begin: %v", s.path, pgMessage(err))

@@ -131,3 +131,36 @@ func TestPostgresPasswordNotShown(t *testing.T) {
 		t.Fatalf("Open of an unreachable server = %v", err)
 	}
 }
+
+func TestPostgresWriterConnectionLost(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	if err := s.PutState(ctx, "ns", "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	// Postgres ends every session of the store (a restart, an operator).
+	pgExec(t, dbURL, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	err := s.PutState(ctx, "ns", "k", []byte("2"))
+	if !errors.Is(err, txn.ErrPoisoned) || !strings.Contains(err.Error(), "connection to Postgres was lost") {
+		t.Fatalf("a write after the connection was lost = %v, want ErrPoisoned saying so", err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("3")); !errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("a later write = %v, want ErrPoisoned", err)
+	}
+	if !errors.Is(s.Err(), txn.ErrPoisoned) {
+		t.Fatalf("Err = %v", s.Err())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopening recovers, with nothing half-written.
+	s = openAt(t, dbURL)
+	if v, _, err := s.StateValue(ctx, "ns", "k"); err != nil || string(v) != "1" {
+		t.Fatalf("after reopening: %q, %v", v, err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("4")); err != nil {
+		t.Fatal(err)
+	}
+}
