@@ -27,6 +27,12 @@ import (
 // Tests against Postgres need TOOLGATE_TEST_POSTGRES, the URL of a server
 // where the test user may create databases; without it they skip. Run them
 // with: bash scripts/pg-test.sh run go test ./txn
+//
+// The package's other store tests (those that open their store with
+// openStore) run against bbolt, or, with TOOLGATE_TEST_BACKEND=postgres,
+// against Postgres:
+//
+//	TOOLGATE_TEST_BACKEND=postgres bash scripts/pg-test.sh run go test ./txn
 
 const pgHowTo = "TOOLGATE_TEST_POSTGRES is not set; run the Postgres tests with: bash scripts/pg-test.sh run go test ./txn"
 
@@ -34,6 +40,9 @@ type backendCase struct {
 	name  string
 	fresh func(t *testing.T) string // the path of a fresh database
 }
+
+// onPostgres reports whether openStore opens Postgres databases.
+func onPostgres() bool { return os.Getenv("TOOLGATE_TEST_BACKEND") == "postgres" }
 
 func backends() []backendCase {
 	return []backendCase{

@@ -416,16 +416,19 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	}
 	var pending []auditEvent
 	for i, r := range todo {
-		r.err = r.check(t)
-		var abort *errPGAbort
-		if errors.As(r.err, &abort) {
-			return i, r.err
+		r.err = guarded(r.check, t)
+		var (
+			abort *errPGAbort
+			p     *panicError
+		)
+		if errors.As(r.err, &abort) || errors.As(r.err, &p) {
+			return i, r.err // the transaction may be mid-statement: redo without it
 		}
 		if r.err != nil {
 			continue
 		}
 		t.evs = nil
-		if err := r.apply(t); err != nil {
+		if err := guarded(r.apply, t); err != nil {
 			return i, err
 		}
 		pending = append(pending, r.evs...)
@@ -453,6 +456,18 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 		return -1, fmt.Errorf("txn: %s: commit: %v", s.path, pgMessage(err))
 	}
 	return -1, nil
+}
+
+// guarded runs a request's check or apply, turning a panic (the caller's
+// callback: an UpdateState function, a guard, Recover's finish) into an
+// error, so that the request fails alone and the committer goes on.
+func guarded(fn func(*pgTx) error, t *pgTx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v}
+		}
+	}()
+	return fn(t)
 }
 
 // auditGroup encodes events as the JSON array of their entries, linked
