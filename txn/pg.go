@@ -404,15 +404,24 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	defer tx.Rollback(ctx) // after Commit: a no-op
 	t := &pgTx{ctx: ctx, tx: tx}
 	var (
-		seq  uint64
-		link []byte
+		seq, last int64
+		link      []byte
 	)
-	// The head row lock: every write transaction takes it first.
-	if err := tx.QueryRow(ctx, `SELECT seq, hash FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`).Scan(&seq, &link); err != nil {
-		return -1, fmt.Errorf("%w: %s: the audit log's head: %v", ErrCorrupt, s.path, pgMessage(err))
-	}
-	if len(link) != 32 {
+	// The head row lock: every write transaction takes it first. With it,
+	// the start of the last stored group: the next group must go after it,
+	// or a head set back would make the store write over entries (as
+	// checkAuditTail for bbolt).
+	err = tx.QueryRow(ctx, `SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
+		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`).Scan(&seq, &link, &last)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return -1, fmt.Errorf("%w: %s: the audit log's head is missing; it was tampered with (toolgate audit verify)", ErrCorrupt, s.path)
+	case err != nil:
+		return -1, fmt.Errorf("txn: %s: lock the audit log's head: %v", s.path, pgMessage(err))
+	case len(link) != 32:
 		return -1, fmt.Errorf("%w: audit head hash is %d bytes", ErrCorrupt, len(link))
+	case last > seq || seq < 0:
+		return -1, fmt.Errorf("%w: the audit log's head records %d entries but a group starts at entry %d; it was tampered with (toolgate audit verify)", ErrCorrupt, seq, last)
 	}
 	var pending []auditEvent
 	for i, r := range todo {
@@ -438,7 +447,7 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 		if err := s.failpoint(StepAudit); err != nil {
 			return -1, err
 		}
-		group, last, lastLink := auditGroup(seq, [32]byte(link), pending)
+		group, last, lastLink := auditGroup(uint64(seq), [32]byte(link), pending)
 		if _, err := tx.Exec(ctx, `INSERT INTO toolgate_audit (seq, entries) VALUES ($1, $2)`, int64(seq+1), group); err != nil {
 			return -1, fmt.Errorf("txn: append audit events from %d: %v", seq+1, pgMessage(err))
 		}

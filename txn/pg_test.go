@@ -164,3 +164,36 @@ func TestPostgresWriterConnectionLost(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A head set back (or deleted) must not make the store write over stored
+// entries: writes fail with ErrCorrupt and write nothing.
+func TestPostgresTamperedHeadRefused(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	for i := range 3 {
+		if err := s.PutState(ctx, "ns", "k", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte{byte(i)}) }, ev("e"), ev("f")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tamper := range []string{
+		`UPDATE toolgate_audit_head SET seq = 3`,
+		`DELETE FROM toolgate_audit_head`,
+	} {
+		pgExec(t, dbURL, tamper)
+		err := s.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte("x")) }, ev("g"))
+		if !errors.Is(err, txn.ErrCorrupt) || !strings.Contains(err.Error(), "tampered") {
+			t.Fatalf("after %q: write = %v, want ErrCorrupt", tamper, err)
+		}
+		if v, _, _ := s.StateValue(ctx, "ns", "k"); string(v) != "\x02" {
+			t.Fatalf("after %q: a refused write wrote %q", tamper, v)
+		}
+	}
+	log, err := s.AuditLog(ctx, 0, 0)
+	if err != nil || len(log) != 6 {
+		t.Fatalf("the log has %d entries, %v; want the 6 written", len(log), err)
+	}
+}
