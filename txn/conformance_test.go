@@ -47,7 +47,7 @@ func onPostgres() bool { return os.Getenv("TOOLGATE_TEST_BACKEND") == "postgres"
 func backends() []backendCase {
 	return []backendCase{
 		{"bbolt", func(t *testing.T) string { return filepath.Join(t.TempDir(), "toolgate.db") }},
-		{"postgres", freshPostgres},
+		{"postgres", func(t *testing.T) string { return freshPostgres(t) }},
 	}
 }
 
@@ -60,7 +60,7 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, path string)) {
 
 // freshPostgres creates an empty database on the test server, dropped at
 // cleanup, and returns its URL.
-func freshPostgres(t *testing.T) string {
+func freshPostgres(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
 	if base == "" {
