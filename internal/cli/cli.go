@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -145,13 +146,15 @@ with every lifecycle transition in a bbolt database.
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(debug.ReadBuildInfo()),
 	}
+	root.SetVersionTemplate("toolgate {{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database file (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
 	root.PersistentFlags().StringVar(&g.registryPath, "registry", "", "registry file of external tools, YAML or JSON (default $TOOLGATE_REGISTRY; none: the built-in tools only)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
-	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio))
+	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio), newMCPCmd(g, stdio))
 	return root
 }
 

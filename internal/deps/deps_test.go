@@ -21,8 +21,9 @@ const module = "github.com/toolgate/toolgate"
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
 // its engines (internal/bench for the bench command, server for
-// serve); only the CLI may use the OTel SDK; the client package imports
-// nothing of the module.
+// serve) and the MCP front end (mcp, the only importer of the MCP SDK
+// besides the CLI); only the CLI may use the OTel SDK; the client package
+// imports nothing of the module.
 var policy = map[string][]string{
 	"lifecycle":                {"github.com/looplab/fsm"},
 	"capability":               {"internal/uuid"},
@@ -39,7 +40,8 @@ var policy = map[string][]string{
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
 	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
-	"internal/cli":             {"server", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
+	"internal/cli":             {"server", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
 
@@ -48,6 +50,7 @@ var policy = map[string][]string{
 var forbidden = map[string][]string{
 	"go.opentelemetry.io/otel/sdk":       {"internal/cli", "cmd/toolgate"},
 	"go.opentelemetry.io/otel/exporters": {"internal/cli", "cmd/toolgate"},
+	"github.com/modelcontextprotocol":    {"mcp", "internal/cli"},
 }
 
 func TestDependencyPolicy(t *testing.T) {
@@ -146,7 +149,7 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 		}
 	}
 	for pkg, deps := range policy {
-		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && !strings.HasPrefix(pkg, "cmd/") {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
 	}
@@ -161,6 +164,8 @@ func TestCheck(t *testing.T) {
 		{"runtime", "go.opentelemetry.io/otel/sdk/trace"},
 		{"tools", "github.com/google/uuid"},
 		{"capability", "go.etcd.io/bbolt"},
+		{"runtime", "github.com/modelcontextprotocol/go-sdk/mcp"},
+		{"tools", "github.com/modelcontextprotocol/go-sdk/jsonrpc"},
 	} {
 		if check(tc.pkg, tc.imp, policy[tc.pkg]) == "" {
 			t.Errorf("check(%s, %s) allowed a violation", tc.pkg, tc.imp)

@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/server"
+)
+
+func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {
+	var (
+		who, addr, config string
+		allow             []string
+		remote            bool
+		progressEvery     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the tools to agents over the Model Context Protocol (stdio or streamable HTTP)",
+		Long: `Serve the registered tools (built-ins and --registry tools) to an MCP client.
+Every tools/call runs through the RFC-0001 lifecycle and is recorded, as with
+'toolgate run'.
+
+By default the server speaks MCP on stdin and stdout, for an agent that starts
+it as a child process; every call runs as --principal (default mcp:$USER),
+with the capabilities the policy (--policy) grants it plus --allow.
+
+--http ADDR serves streamable HTTP instead (loopback unless --allow-remote),
+for clients of protocol 2025-11-25 (sessions) and 2026-07-28 (stateless)
+alike. Callers authenticate with bearer tokens that the config file of
+'toolgate serve' (--config) maps to principals.
+
+Tools appear under their id (the highest version) and as ID--VERSION for each
+version. A tool that requires approval answers a call with an intent to
+approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
+		Example: `  toolgate mcp --allow filesystem.read:.
+  toolgate mcp --http 127.0.0.1:7071 --config server.json --policy policy.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if who == "" {
+				who = mcpPrincipal()
+			}
+			if err := tgruntime.CheckIdentity(who, ""); err != nil {
+				return usageErr("--principal: %v", strings.TrimPrefix(err.Error(), "runtime: "))
+			}
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			grants, err := parseAllow(allow, reg)
+			if err != nil {
+				return usageErr("--allow: %v", err)
+			}
+			warnBroadGrants(stdio.Err, grants)
+			var cfg *server.Config
+			if addr != "" {
+				if config == "" {
+					return usageErr("--http needs --config FILE: it maps bearer tokens to principals (see 'toolgate serve --help')")
+				}
+				if cfg, err = server.LoadConfig(config); err != nil {
+					return usageErr("%v", err)
+				}
+				if !server.IsLoopback(addr) && !remote {
+					return usageErr("--http %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
+				}
+			} else if config != "" || remote {
+				return usageErr("--config and --allow-remote go with --http")
+			}
+			policy, perr := g.policy()
+			if perr != nil {
+				return perr // a usage error: nothing is opened or served
+			}
+			var l net.Listener
+			if addr != "" {
+				// Take the address first: a server that cannot listen must
+				// not create (or lock) the database.
+				if l, err = net.Listen("tcp", addr); err != nil {
+					return internalErr(err)
+				}
+				defer l.Close()
+			}
+			tel := startTelemetry(cmd.Context(), stdio.Err)
+			defer tel.shutdown()
+			opts := &tgruntime.Options{Policy: policy, Registry: reg}
+			if cfg != nil {
+				cfg.ApplyTo(opts) // the idempotency TTL, as for toolgate serve
+			}
+			tel.configure(opts)
+			rt, err := g.open(opts)
+			if err != nil {
+				return err
+			}
+			defer rt.Close(context.Background())
+			srv, err := mcp.New(rt, &mcp.Options{
+				Principal: who, Grants: grants, Version: "dev", TracerProvider: opts.TracerProvider,
+				ApproveHint: approveHint(g), ProgressInterval: progressEvery,
+			})
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			for _, s := range srv.Skipped() {
+				fmt.Fprintf(stdio.Err, "toolgate: left out of tools/list: %s\n", s)
+			}
+			ctx := cmd.Context()
+			// On SIGINT or SIGTERM, running invocations get a grace period,
+			// then are aborted (ABORTED, ROLLED_BACK, recorded): the server
+			// waits for its handlers before it returns.
+			closed := make(chan error, 1)
+			stopClose := context.AfterFunc(ctx, func() {
+				gctx, cancel := context.WithTimeout(context.Background(), mcpGrace)
+				defer cancel()
+				closed <- rt.Close(gctx)
+			})
+			defer stopClose()
+			if l == nil {
+				err = srv.Run(ctx, &sdk.IOTransport{Reader: readCloser(stdio.In), Writer: nopWriteCloser{stdio.Out}})
+				if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "closed") {
+					fmt.Fprintf(stdio.Err, "toolgate: mcp: %v\n", err)
+				}
+			} else if err := serveMCPHTTP(ctx, stdio, srv, cfg, l); err != nil {
+				return err
+			}
+			if !stopClose() { // stopped by a signal: the close above
+				if err := <-closed; err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					return internalErr(err)
+				}
+				return nil
+			}
+			// The client left: running invocations end, each within its own
+			// limits, and are recorded before the store closes.
+			if err := rt.Close(context.Background()); err != nil {
+				return internalErr(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&who, "principal", "", "run every stdio call as this principal of the policy (default: mcp:$USER)")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability to every call, e.g. filesystem.read:. (repeatable)")
+	cmd.Flags().StringVar(&addr, "http", "", "serve streamable HTTP on this address instead of stdio")
+	cmd.Flags().StringVar(&config, "config", "", "with --http: the server config file mapping bearer tokens to principals")
+	cmd.Flags().BoolVar(&remote, "allow-remote", false, "with --http: allow an address beyond loopback")
+	cmd.Flags().DurationVar(&progressEvery, "progress-interval", time.Second, "how often a call that asked for progress reports it")
+	return cmd
+}
+
+// mcpGrace is how long a stopped server lets running invocations finish.
+var mcpGrace = 10 * time.Second
+
+func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server.Config, l net.Listener) error {
+	maxBody := cfg.MaxBodyBytes
+	if maxBody == 0 {
+		maxBody = 5 << 20 // as for toolgate serve
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(&mcp.HTTPOptions{Authenticate: tokenPrincipals(cfg), MaxBodyBytes: maxBody}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       time.Duration(cfg.IdleTimeout),
+	}
+	fmt.Fprintf(stdio.Err, "toolgate: serving MCP on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return internalErr(err)
+	case <-ctx.Done():
+	}
+	grace := time.Duration(cfg.GracePeriod)
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	fmt.Fprintln(stdio.Err, "toolgate: stopped")
+	return nil
+}
+
+// tokenPrincipals finds the principal of a bearer token in the config,
+// comparing its SHA-256 with every configured one in constant time.
+func tokenPrincipals(cfg *server.Config) func(string) (string, bool) {
+	return func(token string) (string, bool) {
+		sum := sha256.Sum256([]byte(token))
+		got := []byte(hex.EncodeToString(sum[:]))
+		found, ok := "", 0
+		for _, t := range cfg.Tokens {
+			eq := subtle.ConstantTimeCompare(got, []byte(strings.ToLower(t.SHA256)))
+			if eq == 1 {
+				found = t.Principal
+			}
+			ok |= eq
+		}
+		return found, ok == 1
+	}
+}
+
+// approveHint is the command a person runs to approve an intent, naming
+// the database.
+func approveHint(g *globals) string {
+	path, err := g.dbPath()
+	if err != nil {
+		return "toolgate intent approve %s"
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	return "toolgate --db " + strings.ReplaceAll(shellQuote(path), "%", "%%") + " intent approve %s"
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// mcpPrincipal names the caller of stdio calls: "mcp:" and the OS user.
+func mcpPrincipal() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "mcp:" + u.Username
+	}
+	return fmt.Sprintf("mcp:uid-%d", os.Getuid())
+}
+
+func readCloser(r io.Reader) io.ReadCloser {
+	if rc, ok := r.(io.ReadCloser); ok {
+		return rc
+	}
+	return io.NopCloser(r)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/mcp"
+	"github.com/toolgate/toolgate/server"
+)
+
+func TestMCP_Refusals(t *testing.T) {
+	dir := workdir(t)
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	db := filepath.Join(dir, "fresh", "mcp.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp", "--http", "127.0.0.1:0"}, "--config"},
+		{[]string{"mcp", "--config", cfg}, "go with --http"},
+		{[]string{"mcp", "--http", "0.0.0.0:0", "--config", cfg}, "--allow-remote"},
+		{[]string{"mcp", "--principal", "bad\nname"}, "--principal"},
+		{[]string{"mcp", "--allow", "Not A Capability"}, "--allow"},
+		{[]string{"mcp", "extra"}, "unknown command"},
+	} {
+		r := toolgate(t, "", append(tc.args, "--db", db)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, %s; want %d naming %s", tc.args, r.code, r.stderr, ExitUsage, tc.want)
+		}
+	}
+	if _, err := os.Stat(db); err == nil {
+		t.Error("a refused command created the database")
+	}
+}
+
+// toolgate mcp over the command's stdin and stdout: the SDK's client lists
+// and calls; every call runs as mcp:$USER (or --principal) with --allow.
+func TestMCP_Stdio(t *testing.T) {
+	dir := workdir(t)
+	crd, swr := io.Pipe()
+	srd, cwr := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(context.Background(), []string{"mcp", "--principal", "agent-7", "--allow", "filesystem.read:."},
+			Stdio{In: srd, Out: swr, Err: &stderr})
+		swr.Close()
+	}()
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.IOTransport{Reader: crd, Writer: cwr}, nil)
+	must(t, err)
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "file.read", Arguments: map[string]any{"path": filepath.Join(dir, "hello.txt")}})
+	must(t, err)
+	if res.IsError || res.Meta[mcp.MetaState] != "COMPLETED" {
+		t.Fatalf("file.read over MCP: %+v", res)
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "file.write", Arguments: map[string]any{"path": "out.txt", "content": "x"}})
+	must(t, err)
+	if !res.IsError || res.Meta[mcp.MetaState] != "DENIED" {
+		t.Errorf("file.write without a grant: %+v", res)
+	}
+	cs.Close()
+	cwr.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("toolgate mcp exited %d: %s", code, stderr.String())
+	}
+	r := toolgate(t, "", "executions", "--json")
+	if !strings.Contains(r.stdout, `"principal": "agent-7"`) || !strings.Contains(r.stdout, `"callId": "mcp:`) {
+		t.Errorf("records: %s", r.stdout)
+	}
+}
+
+// Stopped by a signal mid-call, toolgate mcp aborts the call after the
+// grace period, records it ABORTED then ROLLED_BACK, and exits.
+func TestMCP_SignalAbortsAfterGrace(t *testing.T) {
+	workdir(t)
+	defer func(g time.Duration) { mcpGrace = g }(mcpGrace)
+	mcpGrace = 100 * time.Millisecond
+	crd, swr := io.Pipe()
+	srd, cwr := io.Pipe()
+	var stderr bytes.Buffer
+	sig, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(sig, []string{"mcp", "--allow", "process.exec:sleep", "--allow", "filesystem.read:/"},
+			Stdio{In: srd, Out: swr, Err: &stderr})
+		swr.Close()
+	}()
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) { stop() }, // it runs: stop the server
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.IOTransport{Reader: crd, Writer: cwr}, nil)
+	must(t, err)
+	params := &sdk.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep", "args": []string{"60"}}}
+	params.SetProgressToken("p")
+	go cs.CallTool(ctx, params)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d: %s", code, stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatal("toolgate mcp did not stop")
+	}
+	cwr.Close()
+	r := toolgate(t, "", "executions", "--json")
+	if !strings.Contains(r.stdout, `"state": "ROLLED_BACK"`) || !strings.Contains(r.stdout, `"ABORTED"`) {
+		t.Errorf("the call stopped by the signal: %s", r.stdout)
+	}
+}

@@ -1,0 +1,69 @@
+// Package mcp serves a toolgate runtime to agents over the Model Context
+// Protocol, with the official Go SDK (github.com/modelcontextprotocol/go-sdk).
+// Every tools/call runs through runtime.Execute: the same lifecycle, the same
+// records, audit events and hashes as any other front end; what this package
+// adds is what identifies the MCP request (see "Call ids").
+//
+//	srv, err := mcp.New(rt, &mcp.Options{Principal: "mcp:alice"})
+//	err = srv.Run(ctx, &sdkmcp.StdioTransport{})       // one agent over stdio
+//	http.Handle("/mcp", srv.Handler(&mcp.HTTPOptions{...})) // streamable HTTP
+//
+// # Tools and versions
+//
+// tools/list lists every tool of the runtime's registry: the highest version
+// of each tool under its plain id (file.read), and every version, the
+// highest included, as ID--VERSION (file.read--1.0.0; a "+" of build
+// metadata is written "_"): "@" is not allowed in an MCP tool name, and no
+// tool id contains "--", so the two forms never collide. A tool's
+// description, inputSchema and outputSchema are its declaration's; its
+// annotations follow from the declaration: idempotentHint from idempotent,
+// readOnlyHint when every capability it requires is a read
+// (filesystem.read, state.read), destructiveHint when it is not read-only,
+// openWorldHint when it requires process.exec or a capability outside the
+// filesystem and state. A tool whose input schema is not of type "object"
+// (which MCP requires) is left out, with a warning in the log.
+//
+// The SDK does no validation of its own here (Server.AddTool, the raw form):
+// toolgate's validator and error mapping are the only ones.
+//
+// # Results
+//
+// COMPLETED: structuredContent is the tool's output, and one text block holds
+// the same JSON. FAILED, DENIED, ROLLED_BACK (ABORTED included): isError, and
+// the text block holds {"state", "executionId", "error": {"type", "code",
+// "message"}} so that the model can correct itself. A call refused before it
+// ran (an intent that may not run, an idempotency key in conflict) is isError
+// with the refusal's type and code. An unknown tool or version is the
+// protocol's invalid-params error (-32602). The result's _meta carries
+// io.toolgate/executionId, io.toolgate/callId, io.toolgate/traceId (when
+// traced), io.toolgate/state, and io.toolgate/replayed when the outcome is a
+// stored one.
+//
+// # Approvals
+//
+// A tool that requires approval does not run when called: the call (once
+// its input is valid and its principal holds the capabilities) becomes an
+// intent for exactly that call, and the result (not an error) holds its id,
+// hash and what a person runs to approve it. Once approved, the agent runs
+// it with the tool toolgate.execute_intent {"id", "hash"}, or by repeating
+// the identical call; it runs at most once, and a later run returns the
+// stored outcome, marked replayed.
+//
+// # Request metadata
+//
+// A call's _meta may carry io.toolgate/idempotencyKey (as Idempotency-Key
+// on the HTTP boundary), a W3C trace context (traceparent, tracestate) that
+// the invocation's spans continue, and a progressToken: while the call runs,
+// progress notifications report the elapsed time. notifications/cancelled
+// cancels the invocation: it ends ABORTED, then ROLLED_BACK, recorded.
+//
+// # Call ids
+//
+// The call id of an invocation made over MCP is mcp:SESSION:ID, the MCP
+// session and the JSON-RPC request id (each replaced by a hash when it holds
+// characters a call id may not), so that the records and audit events name
+// the MCP request. Over stdio the session is a random id per connection; over
+// stateless HTTP, per request. Server.Run and Server.Handler read the request
+// id off the wire; a server connected to a transport another way records a
+// new call id instead.
+package mcp

@@ -1,0 +1,135 @@
+package mcp_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+)
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+var tokens = map[string]string{"s3cret-agent-2": "agent-2"}
+
+// httpServer serves a fresh runtime over streamable HTTP on loopback.
+func httpServer(t *testing.T) (*tgruntime.Runtime, *httptest.Server) {
+	t.Helper()
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), testOptions(testRegistry(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mcp.New(rt, &mcp.Options{Principal: "nobody", ProgressInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler(&mcp.HTTPOptions{Authenticate: func(tok string) (string, bool) {
+		p, ok := tokens[tok]
+		return p, ok
+	}}))
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		rt.Close(context.Background())
+	})
+	return rt, hs
+}
+
+func httpClient(t *testing.T, url, token, version string, p *progress) *sdk.ClientSession {
+	t.Helper()
+	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token}}, MaxRetries: -1}
+	return connect(t, tr, p, version)
+}
+
+// Both protocol generations: 2025-11-25 through the stateful handler,
+// 2026-07-28 through the stateless one, with the principal of the token.
+func TestHTTP_Lifecycle(t *testing.T) {
+	for _, tc := range []struct{ ask, want string }{{"2025-11-25", "2025-11-25"}, {"", "2026-07-28"}} {
+		t.Run(tc.want, func(t *testing.T) {
+			rt, hs := httpServer(t)
+			p := newProgress()
+			cs := httpClient(t, hs.URL, "s3cret-agent-2", tc.ask, p)
+			if got := cs.InitializeResult().ProtocolVersion; got != tc.want {
+				t.Fatalf("negotiated %s, want %s", got, tc.want)
+			}
+			lifecycle(t, cs, p)
+
+			// Approval: an intent, approved in process, run once, replayed.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := map[string]any{"msg": "over http"}
+			id, hash, _ := intentOf(t, call(t, ctx, cs, "test.approve", args, nil))
+			if _, err := rt.Approve(ctx, id, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			first := call(t, ctx, cs, "test.approve", args, nil)
+			completed(t, first)
+			again := call(t, ctx, cs, mcp.ExecuteIntentTool, map[string]any{"id": id, "hash": hash}, nil)
+			completed(t, again)
+			if again.Meta[mcp.MetaReplayed] != true || first.Meta[mcp.MetaReplayed] == true {
+				t.Errorf("first run %v, second %v: want one run, then a replay", first.Meta, again.Meta)
+			}
+			cs.Close()
+			checkRecords(t, rt, "agent-2")
+		})
+	}
+}
+
+func TestHTTP_Refusals(t *testing.T) {
+	_, hs := httpServer(t)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	post := func(body string, hdr map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer s3cret-agent-2")
+		for k, v := range hdr {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, tc := range []struct {
+		name string
+		body string
+		hdr  map[string]string
+		want int
+	}{
+		{"no token", init, map[string]string{"Authorization": ""}, http.StatusUnauthorized},
+		{"unknown token", init, map[string]string{"Authorization": "Bearer guess"}, http.StatusUnauthorized},
+		{"DNS rebinding", init, map[string]string{"Host": "evil.example"}, http.StatusForbidden},
+		{"10 MB body", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test.big","arguments":{"data":"` + strings.Repeat("x", 10<<20) + `"}}}`, nil, http.StatusRequestEntityTooLarge},
+		{"malformed JSON", `{"jsonrpc":`, nil, http.StatusBadRequest},
+		{"unknown session", init, map[string]string{"Mcp-Session-Id": "nope"}, http.StatusNotFound},
+	} {
+		if got := post(tc.body, tc.hdr); got.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, got.StatusCode, tc.want)
+		}
+	}
+	// The server goes on serving.
+	cs := httpClient(t, hs.URL, "s3cret-agent-2", "", nil)
+	completed(t, call(t, context.Background(), cs, "test.noop", map[string]any{}, nil))
+	cs.Close()
+}

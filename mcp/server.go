@@ -1,0 +1,494 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+)
+
+// ExecuteIntentTool is the name of the tool that runs an approved intent.
+const ExecuteIntentTool = "toolgate.execute_intent"
+
+// Keys of _meta, in requests and results.
+const (
+	MetaIdempotencyKey = "io.toolgate/idempotencyKey"
+	MetaExecutionID    = "io.toolgate/executionId"
+	MetaCallID         = "io.toolgate/callId"
+	MetaTraceID        = "io.toolgate/traceId"
+	MetaState          = "io.toolgate/state"
+	MetaReplayed       = "io.toolgate/replayed"
+	MetaIntent         = "io.toolgate/intent"
+	MetaError          = "io.toolgate/error"
+)
+
+// Options configure a Server. A nil *Options means the zero value.
+type Options struct {
+	// Principal is who every call runs as, unless the transport
+	// authenticated someone else (an HTTP bearer token, see HTTPOptions);
+	// "" means "mcp:anonymous".
+	Principal string
+	// Grants are capabilities granted to every call on top of the
+	// runtime's policy (the CLI's --allow).
+	Grants []capability.Capability
+	// Name and Version are the server's implementation info; default
+	// "toolgate" and "".
+	Name, Version string
+	// ApproveHint says what a person runs to approve an intent; %s is the
+	// intent id. Default "toolgate intent approve %s".
+	ApproveHint string
+	// ProgressInterval is how often a call that asked for progress reports
+	// it; default 1s.
+	ProgressInterval time.Duration
+	// TracerProvider receives a span per tools/call ("tools/call TOOL"),
+	// parent of the runtime's own; nil means none (a traceparent in _meta
+	// is still continued by the runtime's spans).
+	TracerProvider trace.TracerProvider
+	// Logger receives warnings (tools left out) and internal errors; nil
+	// means none.
+	Logger *slog.Logger
+}
+
+// Server is an MCP server over one runtime. It is safe for concurrent use,
+// by any number of sessions.
+type Server struct {
+	rt      *tgruntime.Runtime
+	opts    Options
+	sdk     *sdk.Server
+	tagKey  string // the _meta key the wire reader puts the request id under
+	tracer  trace.Tracer
+	skipped []string
+}
+
+// New builds the MCP server of rt's registry. It fails when a registered
+// tool would take the name of toolgate's own tool.
+func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
+	s := &Server{rt: rt}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.Principal == "" {
+		s.opts.Principal = "mcp:anonymous"
+	}
+	if err := tgruntime.CheckIdentity(s.opts.Principal, ""); err != nil {
+		return nil, fmt.Errorf("mcp: principal: %s", strings.TrimPrefix(err.Error(), "runtime: "))
+	}
+	if s.opts.Name == "" {
+		s.opts.Name = "toolgate"
+	}
+	if s.opts.ApproveHint == "" {
+		s.opts.ApproveHint = "toolgate intent approve %s"
+	}
+	if s.opts.ProgressInterval <= 0 {
+		s.opts.ProgressInterval = time.Second
+	}
+	if s.opts.Logger == nil {
+		s.opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.opts.TracerProvider != nil {
+		s.tracer = s.opts.TracerProvider.Tracer("github.com/toolgate/toolgate/mcp")
+	}
+	s.tagKey = "io.toolgate/rpc-" + randomHex(8)
+	s.sdk = sdk.NewServer(&sdk.Implementation{Name: s.opts.Name, Version: s.opts.Version},
+		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}})
+
+	reg := rt.Registry()
+	for _, e := range reg.Entries() {
+		d := e.Declaration()
+		if d.ID == ExecuteIntentTool {
+			return nil, fmt.Errorf("mcp: the registered tool %s takes the name of toolgate's own tool", d.Key())
+		}
+		if h, err := reg.Lookup(d.ID, ""); err == nil && h.Declaration().Version == d.Version {
+			s.add(e, d.ID) // the highest version, under the plain id
+		}
+		s.add(e, VersionedName(d.ID, d.Version))
+	}
+	s.sdk.AddTool(&sdk.Tool{
+		Name:  ExecuteIntentTool,
+		Title: "Run an approved intent",
+		Description: "Runs an intent a person approved: the exact call it holds, at most once. " +
+			"A tool that requires approval answers a call with the intent's id and hash; once a person approved it, call this tool with them. " +
+			"Running it again returns the stored outcome, marked replayed.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the intent id"},` +
+			`"hash":{"type":"string","description":"the intent's SHA-256 hash"}},"required":["id","hash"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Run an approved intent", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+	}, s.executeIntent)
+	return s, nil
+}
+
+// SDK returns the underlying SDK server, for an embedder that adds its own
+// features. Connect it through Run or Handler so that request ids are
+// recorded.
+func (s *Server) SDK() *sdk.Server { return s.sdk }
+
+// Skipped names the tools left out of tools/list, and why.
+func (s *Server) Skipped() []string { return slices.Clone(s.skipped) }
+
+// VersionedName is the MCP tool name of one version of a tool: ID--VERSION,
+// with a "+" written "_".
+func VersionedName(id, version string) string {
+	return id + "--" + strings.ReplaceAll(version, "+", "_")
+}
+
+func (s *Server) add(e *tools.Entry, name string) {
+	d := e.Declaration()
+	var in map[string]any
+	if err := json.Unmarshal(d.InputSchema, &in); err != nil || in["type"] != "object" {
+		s.skipped = append(s.skipped, name+": its input schema is not of type \"object\", which MCP requires")
+		s.opts.Logger.Warn("tool left out of tools/list: its input schema is not of type \"object\", which MCP requires", "tool", d.Key())
+		return
+	}
+	t := &sdk.Tool{
+		Name:         name,
+		Title:        d.Name,
+		Description:  d.Description,
+		InputSchema:  json.RawMessage(d.InputSchema),
+		OutputSchema: json.RawMessage(d.OutputSchema),
+		Annotations:  annotations(d),
+		Meta:         sdk.Meta{"io.toolgate/tool": d.ID, "io.toolgate/version": d.Version, "io.toolgate/requiresApproval": d.RequiresApproval},
+	}
+	defer func() {
+		if p := recover(); p != nil { // the SDK refuses the tool
+			s.skipped = append(s.skipped, fmt.Sprintf("%s: %v", name, p))
+			s.opts.Logger.Warn("tool left out of tools/list", "tool", d.Key(), "reason", fmt.Sprint(p))
+		}
+	}()
+	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return s.call(ctx, req, e)
+	})
+}
+
+// annotations derives the MCP hints from a declaration.
+func annotations(d tools.Declaration) *sdk.ToolAnnotations {
+	readOnly, openWorld := true, false
+	for _, c := range d.RequiredCapabilities {
+		switch c.Name {
+		case "filesystem.read", "state.read":
+		case "filesystem.write", "state.write":
+			readOnly = false
+		default: // process.exec, or anything reaching beyond files and state
+			readOnly, openWorld = false, true
+		}
+	}
+	return &sdk.ToolAnnotations{
+		Title:           d.Name,
+		ReadOnlyHint:    readOnly,
+		IdempotentHint:  d.Idempotent,
+		DestructiveHint: ptr(!readOnly),
+		OpenWorldHint:   ptr(openWorld),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// request is what a tools/call carries besides its arguments.
+type request struct {
+	principal string
+	callID    string
+	session   string
+	rpcID     string
+	key       string
+}
+
+func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
+	r := request{principal: s.opts.Principal}
+	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
+		r.principal = req.Extra.TokenInfo.UserID
+	}
+	meta := req.Params.Meta
+	if v, ok := meta[s.tagKey].(map[string]any); ok {
+		r.rpcID, _ = v["id"].(string)
+		r.session, _ = v["session"].(string)
+		if r.session == "" && req.Session != nil {
+			r.session = req.Session.ID()
+		}
+		if r.rpcID != "" && r.session != "" {
+			r.callID = "mcp:" + callIDPart(r.session, 48) + ":" + callIDPart(r.rpcID, 64)
+		}
+	}
+	if v, ok := meta[MetaIdempotencyKey]; ok {
+		key, isString := v.(string)
+		if !isString || key == "" {
+			return r, fmt.Errorf("_meta %q must be a non-empty string", MetaIdempotencyKey)
+		}
+		r.key = key
+	}
+	return r, nil
+}
+
+var callIDSafe = regexp.MustCompile(`^[0-9A-Za-z._-]+$`)
+
+// callIDPart is s if a call id may hold it within max bytes, else a hash
+// of it.
+func callIDPart(s string, max int) string {
+	if len(s) <= max && callIDSafe.MatchString(s) {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "h" + hex.EncodeToString(sum[:12])
+}
+
+// context continues the caller's trace (_meta traceparent) and opens the
+// tools/call span.
+func (s *Server) context(ctx context.Context, req *sdk.CallToolRequest, r request) (context.Context, trace.Span) {
+	carrier := propagation.MapCarrier{}
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := req.Params.Meta[k].(string); ok {
+			carrier[k] = v
+		}
+	}
+	if len(carrier) > 0 {
+		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
+	}
+	if s.tracer == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("mcp.method.name", "tools/call"),
+		attribute.String("gen_ai.tool.name", req.Params.Name),
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+	}
+	if r.session != "" {
+		attrs = append(attrs, attribute.String("mcp.session.id", r.session))
+	}
+	if r.rpcID != "" {
+		attrs = append(attrs, attribute.String("jsonrpc.request.id", r.rpcID))
+	}
+	return s.tracer.Start(ctx, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry) (*sdk.CallToolResult, error) {
+	d := e.Declaration()
+	r, err := s.request(req)
+	if err != nil {
+		return nil, invalidParams(err.Error())
+	}
+	ctx, span := s.context(ctx, req, r)
+	defer span.End()
+	input := req.Params.Arguments
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	inv := tgruntime.Invocation{
+		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
+		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
+	}
+	defer s.progress(ctx, req)()
+	if d.RequiresApproval {
+		return s.approval(ctx, e, inv)
+	}
+	res, err := s.rt.Execute(ctx, inv)
+	return s.answer(res, err)
+}
+
+// approval answers a call of a tool that requires approval: an approved
+// intent for the identical call runs (once); otherwise the call becomes
+// an intent, or is refused as Execute would refuse it (recorded).
+func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Invocation) (*sdk.CallToolResult, error) {
+	d := e.Declaration()
+	if len(inv.Input) > 0 && e.ValidateInput(inv.Input) != nil {
+		return s.answer(s.rt.Execute(ctx, inv)) // FAILED, recorded
+	}
+	if dec := s.rt.Policy().Decide(inv.Principal, d.ID, d.RequiredCapabilities, inv.Grants, time.Now()); !dec.Allowed() {
+		return s.answer(s.rt.Execute(ctx, inv)) // DENIED, recorded
+	}
+	hash, err := tgruntime.IntentHash(d.ID, d.Version, inv.Input)
+	if err != nil {
+		return s.answer(s.rt.Execute(ctx, inv))
+	}
+	intents, err := s.rt.Intents(ctx, tgruntime.IntentFilter{})
+	if err != nil {
+		return s.answer(nil, err)
+	}
+	for _, in := range slices.Backward(intents) {
+		if in.Hash != hash || in.Proposer != inv.Principal {
+			continue
+		}
+		switch in.Status {
+		case "approved", "executed":
+			inv.IntentID, inv.IntentHash = in.ID, in.Hash
+			inv.Tool, inv.Version, inv.Input = "", "", nil
+			return s.answer(s.rt.Execute(ctx, inv))
+		case "pending":
+			return s.pending(in), nil
+		}
+		break // rejected: a new intent
+	}
+	in, err := s.rt.Propose(ctx, inv)
+	if err != nil {
+		return s.answer(nil, err)
+	}
+	return s.pending(in), nil
+}
+
+func (s *Server) pending(in *tgruntime.Intent) *sdk.CallToolResult {
+	approve := fmt.Sprintf(s.opts.ApproveHint, in.ID)
+	v := map[string]any{
+		"status": "approval_required", "intentId": in.ID, "hash": in.Hash,
+		"tool": in.Tool, "version": in.Version, "approve": approve,
+		"then": fmt.Sprintf("call %s with {\"id\": %q, \"hash\": %q}, or repeat this call", ExecuteIntentTool, in.ID, in.Hash),
+	}
+	b, _ := json.Marshal(v)
+	text := fmt.Sprintf("%s@%s requires a person's approval and did not run. Intent %s (hash %s) waits for it: a person approves it with `%s`. "+
+		"Once approved, call %s with {\"id\": %q, \"hash\": %q}, or repeat this call; it runs once.\n%s",
+		in.Tool, in.Version, in.ID, in.Hash, approve, ExecuteIntentTool, in.ID, in.Hash, b)
+	return &sdk.CallToolResult{
+		Content: []sdk.Content{&sdk.TextContent{Text: text}},
+		Meta:    sdk.Meta{MetaIntent: v, MetaState: "APPROVAL_REQUIRED"},
+	}
+}
+
+type intentRef struct {
+	ID   string `json:"id"`
+	Hash string `json:"hash"`
+}
+
+func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	r, err := s.request(req)
+	if err != nil {
+		return nil, invalidParams(err.Error())
+	}
+	ctx, span := s.context(ctx, req, r)
+	defer span.End()
+	var ref intentRef
+	dec := json.NewDecoder(strings.NewReader(string(req.Params.Arguments)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ref); err != nil || ref.ID == "" || ref.Hash == "" {
+		return refusal("ValidationError", "invalid_input", `the arguments are {"id": "...", "hash": "..."}: the intent's id and hash`), nil
+	}
+	defer s.progress(ctx, req)()
+	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
+		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
+		Principal: r.principal, Grants: s.opts.Grants,
+	})
+	return s.answer(res, err)
+}
+
+// progress reports the elapsed time while the call runs, when the client
+// sent a progress token; the returned function stops it.
+func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func() {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		start := time.Now()
+		t := time.NewTicker(s.opts.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				el := time.Since(start)
+				req.Session.NotifyProgress(context.WithoutCancel(ctx), &sdk.ProgressNotificationParams{
+					ProgressToken: token, Progress: el.Seconds(),
+					Message: "running for " + el.Round(time.Millisecond).String(),
+				})
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// answer maps an invocation's outcome to a tools/call result.
+func (s *Server) answer(res *tgruntime.Result, err error) (*sdk.CallToolResult, error) {
+	if res == nil {
+		var ie *tgruntime.IntentError
+		var ke *tgruntime.IdempotencyError
+		var ve *tgruntime.ValidationError
+		switch {
+		case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
+			return nil, invalidParams(userMessage(err))
+		case errors.As(err, &ie):
+			return refusal("IntentError", ie.Code, userMessage(err)), nil
+		case errors.As(err, &ke):
+			return refusal("IdempotencyError", ke.Code, userMessage(err)), nil
+		case errors.As(err, &ve):
+			return refusal("ValidationError", "invalid_"+ve.Phase, userMessage(err)), nil
+		case errors.Is(err, tgruntime.ErrClosed):
+			return nil, internalError("the server is shutting down")
+		}
+		s.opts.Logger.Error("invocation could not be run", "error", err)
+		return nil, internalError("the invocation could not be run; see the server's log")
+	}
+	meta := sdk.Meta{MetaExecutionID: res.ExecutionID, MetaCallID: res.CallID, MetaState: string(res.State)}
+	if res.TraceID != "" {
+		meta[MetaTraceID] = res.TraceID
+	}
+	if res.Replayed {
+		meta[MetaReplayed] = true
+	}
+	if res.IntentID != "" {
+		meta["io.toolgate/intentId"] = res.IntentID
+	}
+	if res.State == lifecycle.Completed {
+		out := res.Output
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		return &sdk.CallToolResult{
+			Content:           []sdk.Content{&sdk.TextContent{Text: string(out)}},
+			StructuredContent: out,
+			Meta:              meta,
+		}, nil
+	}
+	info := tgruntime.ErrorInfo{Type: "Error", Code: strings.ToLower(string(res.State))}
+	if res.Error != nil {
+		info = *res.Error
+		info.Stack = "" // stays in the records
+		info.Message = strings.TrimPrefix(info.Message, "runtime: ")
+	}
+	meta[MetaError] = info
+	body := map[string]any{"state": res.State, "executionId": res.ExecutionID, "callId": res.CallID, "error": info}
+	if res.Replayed {
+		body["replayed"] = true
+	}
+	b, _ := json.Marshal(body)
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}, Meta: meta}, nil
+}
+
+// refusal is a call refused before anything ran.
+func refusal(typ, code, msg string) *sdk.CallToolResult {
+	info := tgruntime.ErrorInfo{Type: typ, Code: code, Message: msg}
+	b, _ := json.Marshal(map[string]any{"state": "REFUSED", "error": info})
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}, Meta: sdk.Meta{MetaError: info}}
+}
+
+func userMessage(err error) string {
+	m := err.Error()
+	for _, p := range []string{"runtime: ", "tools: "} {
+		m = strings.ReplaceAll(m, p, "")
+	}
+	return m
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

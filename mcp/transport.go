@@ -1,0 +1,140 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func invalidParams(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
+}
+
+func internalError(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg}
+}
+
+// Run serves one session over t until the client disconnects or ctx ends.
+// Over an *sdk.StdioTransport or *sdk.IOTransport the JSON-RPC id of each
+// tools/call is recorded in its call id (see "Call ids" in the package
+// documentation); any other transport is served as it is. An invocation
+// still running when the client leaves runs to its end and is recorded.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	session := randomHex(8)
+	switch tt := t.(type) {
+	case *sdk.StdioTransport:
+		w := &lockedWriter{w: nopWriteCloser{os.Stdout}}
+		t = &sdk.IOTransport{
+			Reader:        newTagReader(s, os.Stdin, w, session, lineMax(tt.MaxLineLength)),
+			Writer:        w,
+			MaxLineLength: tt.MaxLineLength,
+		}
+	case *sdk.IOTransport:
+		w := &lockedWriter{w: tt.Writer}
+		t = &sdk.IOTransport{
+			Reader:        newTagReader(s, tt.Reader, w, session, lineMax(tt.MaxLineLength)),
+			Writer:        w,
+			MaxLineLength: tt.MaxLineLength,
+		}
+	}
+	return s.sdk.Run(ctx, t)
+}
+
+func lineMax(n int) int {
+	switch {
+	case n == 0:
+		return sdk.DefaultMaxLineLength
+	case n < 0:
+		return 1 << 62
+	}
+	return n
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// HTTPOptions configure Handler. A nil *HTTPOptions means the zero value.
+type HTTPOptions struct {
+	// Authenticate maps a bearer token to the principal its calls run as;
+	// nil means no authentication: every call runs as Options.Principal.
+	Authenticate func(token string) (principal string, ok bool)
+	// MaxBodyBytes bounds a request's body; default 4 MiB. A larger one is
+	// answered 413.
+	MaxBodyBytes int64
+	// SessionTimeout closes a session idle this long; default 30 minutes.
+	SessionTimeout time.Duration
+}
+
+// protocolStateless is the first protocol version served without sessions.
+const protocolStateless = "2026-07-28"
+
+// Handler serves streamable HTTP at any path it is mounted on, for clients
+// of both protocol generations: a request that names protocol 2026-07-28 or
+// later (MCP-Protocol-Version) and no session goes to a stateless handler,
+// everything else to a stateful one (sessions, 2025-11-25 and earlier).
+// DNS-rebinding protection stays on: a request that reached a loopback
+// address with a Host header that is not loopback is refused (403).
+func (s *Server) Handler(opts *HTTPOptions) http.Handler {
+	var o HTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = sdk.DefaultMaxRequestBodyBytes
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = 30 * time.Minute
+	}
+	get := func(*http.Request) *sdk.Server { return s.sdk }
+	stateful := sdk.NewStreamableHTTPHandler(get, &sdk.StreamableHTTPOptions{
+		SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxBodyBytes, Logger: s.opts.Logger,
+	})
+	stateless := sdk.NewStreamableHTTPHandler(get, &sdk.StreamableHTTPOptions{
+		Stateless: true, PropagateRequestCancellation: true, MaxRequestBodyBytes: o.MaxBodyBytes, Logger: s.opts.Logger,
+	})
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		session := r.Header.Get("Mcp-Session-Id")
+		next := http.Handler(stateful)
+		if session == "" && r.Header.Get("Mcp-Protocol-Version") >= protocolStateless {
+			next, session = stateless, randomHex(8)
+		}
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBodyBytes+1))
+			r.Body.Close()
+			switch {
+			case err != nil:
+				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			case int64(len(body)) > o.MaxBodyBytes:
+				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", o.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+				return
+			}
+			if tagged := s.tagMessage(bytes.TrimSpace(body), session); tagged != nil {
+				body = tagged
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+	if o.Authenticate != nil {
+		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+			p, ok := o.Authenticate(token)
+			if !ok {
+				return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
+			}
+			return &auth.TokenInfo{UserID: p, Expiration: time.Now().Add(24 * time.Hour)}, nil
+		}
+		h = auth.RequireBearerToken(verify, nil)(h)
+	}
+	return h
+}
