@@ -19,6 +19,9 @@ import (
 // finish may return audit events for the transitions it adds; they are
 // appended in the same update.
 func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
+	if s.be != nil {
+		return s.be.recover(ctx, finish)
+	}
 	var done []*Record
 	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
 		done = done[:0]
