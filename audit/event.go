@@ -64,7 +64,9 @@ type Event struct {
 	// on it, and each refused request to execute it. Such an event has no
 	// executionId; its state is the intent's action in upper case
 	// (PROPOSED, APPROVED, REJECTED or REFUSED), its userId the person who
-	// acted, and its inputHash the hash of the proposed input.
+	// acted, and its inputHash the hash of the proposed input. A Code of
+	// "imported" marks an event written when a database of an earlier
+	// version, whose intents were not audited, was first opened.
 	Intent *IntentAction `json:"intent,omitempty"`
 }
 
@@ -74,6 +76,10 @@ const (
 	IntentApproved = "approved"
 	IntentRejected = "rejected"
 	IntentRefused  = "refused"
+	// IntentExecuted is only imported: the execution mark of an intent
+	// stored by a version that did not audit intents (this version's
+	// executions are named by their own events' intentId).
+	IntentExecuted = "executed"
 )
 
 // IntentAction is one step of an intent's history (see [Event.Intent]).

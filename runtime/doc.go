@@ -103,7 +103,8 @@
 // [IntentError] and is kept in the intent's history.
 //
 // [Invocation.IdempotencyKey] (per principal and tool) returns the stored
-// result of the key's first call, failures included, for the same
+// result of the key's first call that began to run, failures included (a
+// call refused before its tool ran frees the key), for the same
 // canonical request within [Options.IdempotencyTTL], marked
 // [Result.Replayed]; a different request with the key is an
 // [IdempotencyError]. A replayed failure returns a [ReplayedError] of the

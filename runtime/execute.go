@@ -104,7 +104,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	}
 	if c.idem != nil {
 		defer func() {
-			if kerr := c.finishKey(ctx, res, err); kerr != nil && err == nil {
+			if kerr := c.finishKey(ctx, res); kerr != nil && err == nil {
 				// The result stands; the key is settled when the database
 				// is next opened.
 				err = &StateError{Op: "record idempotency key", Err: kerr}

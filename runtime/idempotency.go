@@ -19,8 +19,9 @@ import (
 // Idempotency keys, per principal and tool: the first invocation with a key
 // runs; a later one with the same key and the same canonical request,
 // within the TTL, gets the stored result (failures included) marked
-// replayed, without running anything. The records live in state namespaces
-// no tool reaches.
+// replayed, without running anything. Only a call whose tool began to run
+// keeps its key (see finishKey). The records live in state namespaces no
+// tool reaches.
 const (
 	nsIdem       = reservedPrefix + "idempotency"        // scope -> idemRecord
 	nsIdemExpiry = reservedPrefix + "idempotency.expiry" // <expiry unix nanos>/<scope> -> ""
@@ -218,17 +219,18 @@ func purgeExpired(v *txn.StateView, now time.Time, keep string) error {
 }
 
 // finishKey settles the key once its invocation has ended: its attempts
-// become the key's result. A call that never got to run its tool and
-// failed for a passing reason (no free slot, the caller gave up, the
-// runtime closing) frees the key instead, so that a retry runs rather than
-// replaying "busy" for the whole TTL; a DENIED or FAILED call is stored,
-// like any other result.
-func (c *call) finishKey(ctx context.Context, res *Result, err error) error {
+// become the key's result. A key holds a result only once execution began
+// (Stripe's rule): a call refused before its tool ran (validation,
+// authorization, a refused intent, no free slot or rate limit, the caller
+// gave up, the runtime closing) frees the key, so that the retry after the
+// fix (the grant, the corrected input) runs rather than replaying the
+// refusal for the whole TTL. Its records stay, like any other.
+func (c *call) finishKey(ctx context.Context, res *Result) error {
 	h := c.idem
 	if h == nil {
 		return nil
 	}
-	free := !ran(res) && transient(err)
+	free := !ran(res)
 	done := h.rec
 	done.State = idemDone
 	for _, a := range res.Attempts {
@@ -250,6 +252,16 @@ func (c *call) finishKey(ctx context.Context, res *Result, err error) error {
 	})
 }
 
+// recordRan reports whether the attempt rec reached EXECUTING.
+func recordRan(rec *txn.Record) bool {
+	for _, t := range rec.Transitions {
+		if t.To == string(lifecycle.Executing) {
+			return true
+		}
+	}
+	return false
+}
+
 // ran reports whether any attempt of res reached EXECUTING.
 func ran(res *Result) bool {
 	for _, a := range res.Attempts {
@@ -262,22 +274,10 @@ func ran(res *Result) bool {
 	return false
 }
 
-// transient reports a failure that says nothing about the request itself.
-func transient(err error) bool {
-	switch c := classOf(err).(type) {
-	case *ResourceError:
-		return c.Transient
-	case *ExecutionError:
-		return c.Canceled
-	case *TimeoutError:
-		return c.Caller
-	}
-	return errors.Is(err, ErrClosed)
-}
-
 // recoverKeys settles the keys whose invocation a crash interrupted: its
 // records (ABORTED, ROLLED_BACK "interrupted", or final) are its result; a
-// key whose call left no record at all is freed. The records are read once
+// key whose call left no record, or only attempts refused before they ran,
+// is freed (see finishKey). The records are read once
 // for all such keys.
 func (r *Runtime) recoverKeys(ctx context.Context) error {
 	all, err := r.store.StateValues(ctx, nsIdem)
@@ -310,7 +310,7 @@ func (r *Runtime) recoverKeys(ctx context.Context) error {
 	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		for scope, rec := range running {
 			got := attempts[call{rec.CallID, rec.Principal, rec.Tool}]
-			if len(got) == 0 {
+			if !slices.ContainsFunc(got, recordRan) { // no record, or refused before it ran
 				v.Delete(nsIdemExpiry, expiryKey(rec.ExpiresAt, scope))
 				if err := v.Delete(nsIdem, scope); err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -364,5 +365,82 @@ func TestIdempotency_MalformedInputIsRecorded(t *testing.T) {
 	}
 	if runs.Load() != 0 {
 		t.Fatalf("the tool ran %d times", runs.Load())
+	}
+}
+
+// A call refused before its tool ran does not occupy its key (a key holds a
+// result only once execution began): DENIED for want of a grant, then, with
+// the grant, the same key and request run and complete. A call that ran
+// keeps its key, failures included (TestIdempotency_ReplayAndConflict).
+func TestIdempotency_RefusedCallFreesKey(t *testing.T) {
+	var runs atomic.Int32
+	rt, _ := openRuntime(t, nil, countingTool("test.guarded", &runs, func(d *tools.Declaration) {
+		d.RequiredCapabilities = []capability.Capability{capability.MustParse("state.write:guarded")}
+	}))
+	ctx := context.Background()
+	inv := keyed("test.guarded", `{"msg":"a"}`, "k")
+	res, err := rt.Execute(ctx, inv)
+	if !errors.Is(err, tgruntime.ErrAuthorization) || res == nil || res.State != lifecycle.Denied || runs.Load() != 0 {
+		t.Fatalf("without the grant: %+v, %v; want DENIED, not run", res, err)
+	}
+	denied := res.ExecutionID
+	// Invalid input is refused before it runs too: it frees the key as well.
+	if res, err := rt.Execute(ctx, keyed("test.guarded", `{"msg":"a","x":1}`, "k2")); !errors.Is(err, tgruntime.ErrValidation) || res.State != lifecycle.Failed {
+		t.Fatalf("invalid input: %+v, %v", res, err)
+	}
+	if res, err := rt.Execute(ctx, keyed("test.guarded", `{"msg":"b"}`, "k2")); idemCode(err) == "idempotency_conflict" {
+		t.Fatalf("a key refused at validation was kept: %+v, %v", res, err)
+	}
+
+	inv.Grants = []capability.Capability{capability.MustParse("state.write:guarded")}
+	res, err = rt.Execute(ctx, inv)
+	if err != nil || res.Replayed || res.State != lifecycle.Completed || res.ExecutionID == denied || runs.Load() != 1 {
+		t.Fatalf("after the grant: %+v, %v, runs %d; want a fresh COMPLETED run", res, err, runs.Load())
+	}
+	// Now the key holds the run: a repeat replays it.
+	again, err := rt.Execute(ctx, inv)
+	if err != nil || !again.Replayed || again.ExecutionID != res.ExecutionID || runs.Load() != 1 {
+		t.Fatalf("repeat: %+v, %v, runs %d", again, err, runs.Load())
+	}
+	// The refused attempt is still on record.
+	if rec := record(t, rt, denied); rec.State != string(lifecycle.Denied) {
+		t.Fatalf("the DENIED record: %s", rec.State)
+	}
+}
+
+// After a crash, a key whose call left only an attempt refused before it
+// ran is freed on Open, as finishKey would have done.
+func TestIdempotency_RecoveredRefusedCallFreesKey(t *testing.T) {
+	var runs atomic.Int32
+	guarded := func() tools.Tool {
+		return countingTool("test.guarded", &runs, func(d *tools.Declaration) {
+			d.RequiredCapabilities = []capability.Capability{capability.MustParse("state.write:guarded")}
+		})
+	}
+	rt, path := openRuntime(t, nil, guarded())
+	ctx := context.Background()
+	inv := keyed("test.guarded", `{"msg":"a"}`, "k")
+	inv.CallID = "refused-call"
+	if res, err := rt.Execute(ctx, inv); !errors.Is(err, tgruntime.ErrAuthorization) || res.State != lifecycle.Denied {
+		t.Fatalf("without the grant: %+v, %v", res, err)
+	}
+	// The key as a crash before finishKey would leave it: running, for the
+	// DENIED call.
+	store := tgruntime.StoreOf(rt)
+	scope := "crashed"
+	store.PutState(ctx, "toolgate.idempotency", scope, []byte(`{"principal":"tester","tool":"test.guarded","key":"k","requestHash":"x","callId":"refused-call","state":"running","createdAt":"2026-11-22T12:00:00Z","expiresAt":"2999-01-01T00:00:00Z"}`))
+	rt.Close(ctx)
+
+	reg := tools.NewRegistry()
+	if err := reg.Register(guarded()); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(ctx)
+	if vals, _ := tgruntime.StoreOf(rt2).StateValues(ctx, "toolgate.idempotency"); vals[scope] != nil {
+		t.Errorf("the key of a call refused before it ran was kept after the crash: %s", vals[scope])
 	}
 }

@@ -121,6 +121,11 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		store.Close()
 		return nil, fmt.Errorf("runtime: settling the idempotency keys of interrupted invocations: %w", err)
 	}
+	if err := r.auditLegacyIntents(context.Background()); err != nil {
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: bringing the intents of an earlier version under the audit log: %w", err)
+	}
 	return r, nil
 }
 

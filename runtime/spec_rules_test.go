@@ -137,24 +137,28 @@ func TestExecute_AttemptReleasesDescriptors(t *testing.T) {
 		return tgruntime.Invocation{Tool: id, Input: b, Principal: "tester"}
 	}
 	calls := []struct {
-		inv  tgruntime.Invocation
-		want lifecycle.State
-		code string
+		inv   tgruntime.Invocation
+		want  lifecycle.State
+		code  string
+		loose bool // on a loaded machine the timeout may come before the process started: any ending will do
 	}{
-		{invoke("fd.ok", `{"msg":"a"}`), lifecycle.Completed, ""},
-		{invoke("fd.fail", `{"msg":"a"}`), lifecycle.RolledBack, "tool_error"},
-		{invoke("fd.panic", `{"msg":"a"}`), lifecycle.RolledBack, "panic"},
-		{invoke("fd.slow", `{"msg":"a"}`), lifecycle.RolledBack, "timeout"},
-		{invoke("fd.boundary", `{"msg":"a"}`), lifecycle.RolledBack, "capability_boundary"},
-		{invoke("fd.ok", `{"msg":7}`), lifecycle.Failed, "invalid_input"},
-		{proc(tools.ExecStatusID, map[string]any{"command": exe, "args": []string{"exit", "3", "bad"}, "cwd": dir}), lifecycle.Completed, ""},
-		{proc(tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"sleep", "60"}, "cwd": dir, "timeout_seconds": 0.05}), lifecycle.Completed, ""},
-		{proc(tools.ExecCaptureID, map[string]any{"command": filepath.Join(dir, "nope"), "cwd": dir}), lifecycle.RolledBack, "not_found"},
+		{invoke("fd.ok", `{"msg":"a"}`), lifecycle.Completed, "", false},
+		{invoke("fd.fail", `{"msg":"a"}`), lifecycle.RolledBack, "tool_error", false},
+		{invoke("fd.panic", `{"msg":"a"}`), lifecycle.RolledBack, "panic", false},
+		{invoke("fd.slow", `{"msg":"a"}`), lifecycle.RolledBack, "timeout", false},
+		{invoke("fd.boundary", `{"msg":"a"}`), lifecycle.RolledBack, "capability_boundary", false},
+		{invoke("fd.ok", `{"msg":7}`), lifecycle.Failed, "invalid_input", false},
+		{proc(tools.ExecStatusID, map[string]any{"command": exe, "args": []string{"exit", "3", "bad"}, "cwd": dir}), lifecycle.Completed, "", false},
+		{proc(tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"sleep", "60"}, "cwd": dir, "timeout_seconds": 0.05}), lifecycle.Completed, "", true},
+		{proc(tools.ExecCaptureID, map[string]any{"command": filepath.Join(dir, "nope"), "cwd": dir}), lifecycle.RolledBack, "not_found", false},
 	}
 	round := func() {
 		t.Helper()
 		for _, c := range calls {
 			res, _ := rt.Execute(context.Background(), c.inv)
+			if c.loose && res != nil && res.State.Terminal() {
+				continue
+			}
 			if res == nil || res.State != c.want || (c.code != "" && (res.Error == nil || res.Error.Code != c.code)) {
 				t.Fatalf("%s: %+v; want %s %s", c.inv.Tool, res, c.want, c.code)
 			}

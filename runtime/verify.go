@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,42 +55,76 @@ const auditSlack = 10 * time.Minute
 // side): the cost does not grow with the log. It returns what disagrees (nothing when the log proves the
 // record), or an error if the log cannot be read.
 func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]Discrepancy, error) {
-	from, to := rec.StartedAt, rec.StartedAt
-	for _, t := range rec.Transitions {
-		if t.At.Before(from) {
-			from = t.At
-		}
-		if t.At.After(to) {
-			to = t.At
-		}
-	}
-	if rec.EndedAt.After(to) {
-		to = rec.EndedAt
-	}
-	if rec.State == string(lifecycle.Executing) {
-		to = time.Now() // in flight: recovery may add events at any time
-	}
-	var evs []audit.Event
-	needle := `"executionId":"` + rec.ExecutionID + `"`
-	var derr error
-	err := store.AuditSearch(ctx, needle, from.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
-		var ev audit.Event
-		if err := json.Unmarshal(e.Event, &ev); err != nil {
-			derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
-			return true
-		}
-		if ev.ExecutionID == rec.ExecutionID && ev.Intent == nil {
-			evs = append(evs, ev)
-		}
-		return false
-	})
-	if err != nil {
+	needle, from, to := executionWindow(rec)
+	c := newEventCollector(rec.ExecutionID)
+	if err := store.AuditSearch(ctx, needle, from, to, c.add); err != nil {
 		return nil, err
 	}
-	if derr != nil {
-		return []Discrepancy{{Kind: "execution", ID: rec.ExecutionID, Field: "events", Detail: derr.Error()}}, nil
+	return c.compare(rec), nil
+}
+
+// ReadExecution reads the record of an execution and checks it against its
+// audit events, both from one state of the store (see
+// [txn.Store.GetWithAudit]): what show and GET /v1/executions/{id} display.
+// The error wraps txn.ErrNotFound or txn.ErrCorrupt for a record that is
+// missing or does not decode (or names another execution).
+func ReadExecution(ctx context.Context, store *txn.Store, executionID string) (*txn.Record, []Discrepancy, error) {
+	c := newEventCollector(executionID)
+	rec, err := store.GetWithAudit(ctx, executionID, executionWindow, c.add)
+	if err != nil {
+		return nil, nil, err
 	}
-	return compareExecution(rec.ExecutionID, rec, evs), nil
+	return rec, c.compare(rec), nil
+}
+
+// executionWindow is where a record's events are searched for: its id, and
+// its first to its last recorded time widened by auditSlack each side (to
+// now while it is in flight: recovery may add events at any time).
+func executionWindow(rec *txn.Record) (needle string, from, to int64) {
+	first, last := rec.StartedAt, rec.StartedAt
+	for _, t := range rec.Transitions {
+		if t.At.Before(first) {
+			first = t.At
+		}
+		if t.At.After(last) {
+			last = t.At
+		}
+	}
+	if rec.EndedAt.After(last) {
+		last = rec.EndedAt
+	}
+	if !lifecycle.State(rec.State).Terminal() {
+		last = time.Now()
+	}
+	return `"executionId":"` + rec.ExecutionID + `"`, first.Add(-auditSlack).UnixMilli(), last.Add(auditSlack).UnixMilli()
+}
+
+// eventCollector gathers the events of one execution found by a search.
+type eventCollector struct {
+	id   string
+	evs  []audit.Event
+	derr error
+}
+
+func newEventCollector(id string) *eventCollector { return &eventCollector{id: id} }
+
+func (c *eventCollector) add(e txn.AuditEntry) bool {
+	var ev audit.Event
+	if err := json.Unmarshal(e.Event, &ev); err != nil {
+		c.derr = fmt.Errorf("audit event %d does not decode: %w", e.Seq, err)
+		return true
+	}
+	if ev.ExecutionID == c.id && ev.Intent == nil {
+		c.evs = append(c.evs, ev)
+	}
+	return false
+}
+
+func (c *eventCollector) compare(rec *txn.Record) []Discrepancy {
+	if c.derr != nil {
+		return []Discrepancy{{Kind: "execution", ID: c.id, Field: "events", Detail: c.derr.Error()}}
+	}
+	return compareExecution(c.id, rec, c.evs)
 }
 
 // compareExecution compares the record stored under key with the audit
@@ -120,6 +155,27 @@ func compareExecution(key string, rec *txn.Record, evs []audit.Event) []Discrepa
 	last := evs[len(evs)-1]
 	if rec.State != last.State {
 		bad("state", "the record says %s, the audit log %s", rec.State, last.State)
+	}
+	for i, t := range rec.Transitions {
+		prev := string(lifecycle.Declared)
+		if i > 0 {
+			prev = rec.Transitions[i-1].To
+		}
+		if t.From != prev || !lifecycle.Allowed(lifecycle.State(t.From), lifecycle.State(t.To)) {
+			bad("transitions", "transition %d (%s -> %s) does not follow the lifecycle", i+1, t.From, t.To)
+			break
+		}
+	}
+	if n := len(evs); n > 0 && lifecycle.State(evs[n-1].State).Terminal() {
+		end := evs[n-1]
+		if rec.EndedAt.UnixMilli() != end.Timestamp {
+			bad("endedAt", "the record ended at %s, the audit log at %s",
+				rec.EndedAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(end.Timestamp).UTC().Format(time.RFC3339Nano))
+		}
+		if end.Duration != nil && rec.EndedAt.Sub(rec.StartedAt).Milliseconds() != *end.Duration {
+			bad("startedAt", "the record's duration is %v, the audit log's %v",
+				rec.EndedAt.Sub(rec.StartedAt).Round(time.Millisecond), time.Duration(*end.Duration)*time.Millisecond)
+		}
 	}
 	if len(rec.Transitions) != len(evs) {
 		bad("transitions", "the record has %d transitions, the audit log %d", len(rec.Transitions), len(evs))
@@ -208,6 +264,7 @@ func short(h string) string {
 type intentEvents struct {
 	history    []audit.Event
 	executions []string
+	execEvents []audit.Event // the EXECUTING event of each execution
 }
 
 // VerifyIntent checks one intent (as [ReadIntent] returns it) against the
@@ -215,13 +272,10 @@ type intentEvents struct {
 // execution. It returns what disagrees, or an error if the log cannot be
 // read.
 func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
-	to := in.ProposedAt
-	if in.Decision != nil && in.Decision.At.After(to) {
-		to = in.Decision.At
-	}
-	if in.Execution != nil && in.Execution.At.After(to) {
-		to = in.Execution.At
-	}
+	// Up to now: a decision or an execution the store no longer shows (a
+	// mark removed to run it again) can be anywhere in the log after the
+	// proposal; so can a refusal.
+	to := time.Now()
 	ie := &intentEvents{}
 	err := store.AuditSearch(ctx, in.ID, in.ProposedAt.Add(-auditSlack).UnixMilli(), to.Add(auditSlack).UnixMilli(), func(e txn.AuditEntry) bool {
 		var ev audit.Event
@@ -238,10 +292,15 @@ func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepa
 
 func (ie *intentEvents) add(id string, ev audit.Event) {
 	switch {
+	case ev.Intent != nil && ev.Intent.ID == id && ev.Intent.Action == audit.IntentExecuted:
+		// An execution mark imported from an earlier version.
+		ie.executions = append(ie.executions, ev.ExecutionID)
+		ie.execEvents = append(ie.execEvents, ev)
 	case ev.Intent != nil && ev.Intent.ID == id:
 		ie.history = append(ie.history, ev)
 	case ev.IntentID == id && ev.State == string(lifecycle.Executing):
 		ie.executions = append(ie.executions, ev.ExecutionID)
+		ie.execEvents = append(ie.execEvents, ev)
 	}
 }
 
@@ -318,6 +377,44 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 		bad("execution", "the store says execution %s ran it, the audit log does not", x.ExecutionID)
 	case len(ie.executions) > 1:
 		bad("execution", "the audit log records %d executions of it", len(ie.executions))
+	case x != nil:
+		e := ie.execEvents[slices.Index(ie.executions, x.ExecutionID)]
+		switch {
+		case e.UserID != x.Principal:
+			bad("execution", "the store says %q ran it, the audit log %q", x.Principal, e.UserID)
+		case e.CallID != x.CallID:
+			bad("execution", "the store says it ran as call %s, the audit log as call %s", x.CallID, e.CallID)
+		case e.Timestamp != x.At.UnixMilli():
+			bad("execution", "the store says it ran at %s, the audit log at %s",
+				x.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(e.Timestamp).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	// Every refused request, in order, as its event says.
+	var refused []audit.Event
+	for _, e := range ie.history {
+		if e.Intent.Action == audit.IntentRefused {
+			refused = append(refused, e)
+		}
+	}
+	if len(refused) != len(in.Refusals) {
+		bad("refusals", "the store lists %d refused requests, the audit log %d", len(in.Refusals), len(refused))
+	} else {
+		// Concurrent refusals may commit in another order than their
+		// times: compare both sorted by time, who and why.
+		refusals := slices.Clone(in.Refusals)
+		slices.SortStableFunc(refusals, func(a, b IntentRefusal) int {
+			return cmp.Or(cmp.Compare(a.At.UnixMilli(), b.At.UnixMilli()), strings.Compare(a.Principal, b.Principal), strings.Compare(a.Code, b.Code))
+		})
+		slices.SortStableFunc(refused, func(a, b audit.Event) int {
+			return cmp.Or(cmp.Compare(a.Timestamp, b.Timestamp), strings.Compare(a.UserID, b.UserID), strings.Compare(a.Intent.Code, b.Intent.Code))
+		})
+		for i, r := range refusals {
+			e := refused[i]
+			if r.Principal != e.UserID || r.Code != e.Intent.Code || r.At.UnixMilli() != e.Timestamp {
+				bad("refusals", "refused request %d (%s by %q) differs from the audit log's (%s by %q)", i+1, r.Code, r.Principal, e.Intent.Code, e.UserID)
+				break
+			}
+		}
 	}
 	return out
 }
@@ -327,6 +424,9 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 // the store's API has no event, and is refused.
 func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 	ds, err := VerifyIntent(ctx, r.store, in)
+	// Refusals are history, recorded best effort and concurrently: not
+	// what an approval rests on.
+	ds = slices.DeleteFunc(ds, func(d Discrepancy) bool { return d.Field == "refusals" })
 	if err == nil && slices.ContainsFunc(ds, func(d Discrepancy) bool { return d.Field == "execution" }) {
 		// The log records an execution the intent as read does not have:
 		// another call claimed it since it was read (the store has it now:
@@ -588,6 +688,13 @@ func (r *Runtime) VerifyExecution(ctx context.Context, rec *txn.Record) ([]Discr
 	return VerifyExecution(ctx, r.store, rec)
 }
 
+// ReadExecution reads an execution's record and checks it against its audit
+// events in one read of the store (see the package function
+// [ReadExecution]).
+func (r *Runtime) ReadExecution(ctx context.Context, executionID string) (*txn.Record, []Discrepancy, error) {
+	return ReadExecution(ctx, r.store, executionID)
+}
+
 // VerifyIntent checks one intent against its audit events (see the package
 // function [VerifyIntent]).
 func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, error) {
@@ -694,4 +801,67 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 			}
 		}
 	}
+}
+
+// nsMeta holds the runtime's own markers; intentsAudited is set once every
+// stored intent is under the audit log.
+const (
+	nsMeta         = reservedPrefix + "meta"
+	intentsAudited = "intents.audited"
+)
+
+// auditLegacyIntents brings the intents of a database written by a version
+// that did not audit them under the audit log, once, at the first open by
+// this version: each stored proposal, decision, execution mark and refused
+// request gets its event (Code "imported", with its original time), in one
+// update with the marker. Without it every such intent would be reported as
+// changed outside toolgate, and an approved one would never run.
+//
+// It imports only a log that holds no intent event at all: a database that
+// this version has written never imports again, even if the marker was
+// removed, so intents written below the store's API later are never
+// laundered into the log. Intents stored before the upgrade are trusted as
+// they were found: nothing proved them before.
+func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
+	if _, ok, err := r.store.StateValue(ctx, nsMeta, intentsAudited); err != nil || ok {
+		return err
+	}
+	audited := false
+	if err := r.store.AuditSearch(ctx, `"intent":{"id":`, -1<<62, 1<<62, func(txn.AuditEntry) bool {
+		audited = true
+		return true
+	}); err != nil {
+		return err
+	}
+	var events []txn.AuditEvent
+	if !audited {
+		all, err := ReadIntents(ctx, r.store, IntentFilter{})
+		if err != nil {
+			return err
+		}
+		for _, in := range all {
+			events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, in.Proposer, in.ProposedAt,
+				&audit.IntentAction{Action: audit.IntentProposed, Code: "imported"}))
+			if d := in.Decision; d != nil {
+				a := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Code: "imported"}
+				if d.Approved {
+					a.Action = audit.IntentApproved
+				}
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, a))
+			}
+			for _, ref := range in.Refusals {
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, ref.Principal, ref.At,
+					&audit.IntentAction{Action: audit.IntentRefused, Code: ref.Code}))
+			}
+			if x := in.Execution; x != nil {
+				e := audit.Event{EventID: r.ids.Ordered(), Timestamp: x.At.UnixMilli(), ToolID: in.Tool, ToolVersion: in.Version,
+					ExecutionID: x.ExecutionID, CallID: x.CallID, State: "EXECUTED", UserID: x.Principal, InputHash: hashJSON(in.Input),
+					Intent: &audit.IntentAction{ID: in.ID, Hash: in.Hash, Action: audit.IntentExecuted, Code: "imported"}}
+				events = append(events, txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true})
+			}
+		}
+	}
+	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		return v.Put(nsMeta, intentsAudited, []byte(r.opts.Now().UTC().Format(time.RFC3339Nano)))
+	}, events...)
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,4 +439,249 @@ func TestVerifyRecords_IdempotencyKeyRedirected(t *testing.T) {
 	if ds := discrepancies(t, path); !hasDiscrepancy(ds, "idempotency key", "k1", "executions") {
 		t.Fatalf("a redirected key is not reported: %v", ds)
 	}
+}
+
+// A record read while its attempt runs is proven by the events of the same
+// state of the store: polling in-flight executions never reports an honest
+// record as not proven (a transition committed between two reads did).
+func TestReadExecution_InFlightIsNotAFalseAlarm(t *testing.T) {
+	ctx := context.Background()
+	slow := tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		time.Sleep(2 * time.Millisecond)
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, slow)
+	done := make(chan struct{})
+	var calls sync.WaitGroup
+	for i := range 60 {
+		calls.Go(func() {
+			rt.Execute(ctx, invoke("test.slow", fmt.Sprintf(`{"msg":"m%d"}`, i)))
+		})
+	}
+	go func() { calls.Wait(); close(done) }()
+	polls := 0
+	for {
+		select {
+		case <-done:
+			if polls == 0 {
+				t.Log("no poll landed while calls ran")
+			}
+			return
+		default:
+		}
+		recs, err := rt.Executions(ctx, txn.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.State == "COMPLETED" {
+				continue
+			}
+			polls++
+			_, ds, err := rt.ReadExecution(ctx, r.ExecutionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ds) > 0 {
+				t.Fatalf("an honest in-flight record reported as not proven: %v", ds)
+			}
+		}
+	}
+}
+
+// The executed mark of an intent is proven by its execution's events
+// wherever they are in the log: removed to run the intent again an hour
+// after its approval, it is refused (and reported), and the tool does not
+// run twice. The mark's principal, call and time, and the refused
+// requests, are compared with their events.
+func TestIntent_HistoryEditsAreReported(t *testing.T) {
+	ctx := context.Background()
+	var runs atomic.Int32
+	counted := tool(decl("test.counted"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		runs.Add(1)
+		return in, nil
+	})
+	clk := &clock{now: time.Now().Add(-2 * time.Hour)}
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	open := func() *tgruntime.Runtime {
+		reg := tools.NewRegistry()
+		if err := reg.Register(counted); err != nil {
+			t.Fatal(err)
+		}
+		rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt
+	}
+	rt := open()
+	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, in.ID, in.Hash); intentCode(err) != "intent_pending" {
+		t.Fatalf("pending: %v", err)
+	}
+	if _, err := rt.Approve(ctx, in.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Hour)
+	if _, err := execIntent(rt, in.ID, in.Hash); err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(ctx)
+	state := func(tx *bolt.Tx, name string) *bolt.Bucket { return tx.Bucket([]byte("state")).Bucket([]byte(name)) }
+
+	for _, tc := range []struct {
+		name  string
+		edit  func(tx *bolt.Tx) error
+		field string
+		run   bool // try to run it again
+	}{
+		{"executed mark removed", func(tx *bolt.Tx) error {
+			return state(tx, "toolgate.intent.executed").Delete([]byte(in.ID))
+		}, "execution", true},
+		{"executed mark's principal changed", func(tx *bolt.Tx) error {
+			b := state(tx, "toolgate.intent.executed")
+			var x map[string]any
+			if err := json.Unmarshal(b.Get([]byte(in.ID)), &x); err != nil {
+				return err
+			}
+			x["principal"] = "mallory"
+			v, _ := json.Marshal(x)
+			return b.Put([]byte(in.ID), v)
+		}, "execution", false},
+		{"refusal deleted", func(tx *bolt.Tx) error {
+			b := state(tx, "toolgate.intent.refusals")
+			k, _ := b.Cursor().First()
+			if k == nil {
+				return errors.New("no refusal stored")
+			}
+			return b.Delete(append([]byte(nil), k...))
+		}, "refusals", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			saved, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(path, saved, 0o600)
+			tamper(t, path, tc.edit)
+			if tc.run {
+				rt := open()
+				_, err := execIntent(rt, in.ID, in.Hash)
+				rt.Close(ctx)
+				if intentCode(err) != "intent_corrupt" || runs.Load() != 1 {
+					t.Fatalf("run again after the edit: %v, %d runs; want intent_corrupt and 1 run", err, runs.Load())
+				}
+			}
+			if ds := discrepancies(t, path); !hasDiscrepancy(ds, "intent", in.ID, tc.field) {
+				t.Fatalf("not reported: want intent %s field %s, got %v", in.ID, tc.field, ds)
+			}
+		})
+	}
+}
+
+// A database written by a version that did not audit intents: its intents
+// are brought under the audit log at the first open by this version (so
+// none is reported as changed, and an approved one still runs), and only
+// then: with the marker removed later, an intent written below the store's
+// API is not laundered into the log.
+func TestOpen_ImportsIntentsOfAnEarlierVersion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	// What the earlier version stored, and no event of it.
+	s, err := txn.Open(path, &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(ns, key string, v any) {
+		b, _ := json.Marshal(v)
+		if err := s.PutState(ctx, ns, key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	intent := func(id, msg string) string {
+		input := json.RawMessage(`{"msg":"` + msg + `"}`)
+		hash, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
+		put("toolgate.intents", id, map[string]any{"id": id, "hash": hash, "tool": "test.echo", "version": "1.0.0",
+			"input": input, "proposer": "agent", "proposedAt": at})
+		return hash
+	}
+	approved := "0f8fad5b-d9cb-469f-a165-70867728950e"
+	rejected := "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	hash := intent(approved, "go")
+	intent(rejected, "no")
+	put("toolgate.intent.decisions", approved, tgruntime.IntentDecision{Approved: true, By: "alice", At: at})
+	put("toolgate.intent.decisions", rejected, tgruntime.IntentDecision{By: "bob", At: at, Reason: "not today"})
+	s.Close()
+
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	if ds := verifyRT(t, rt); len(ds) != 0 {
+		t.Fatalf("intents of an earlier version reported: %v", ds)
+	}
+	if res, err := execIntent(rt, approved, hash); err != nil || res.State != "COMPLETED" {
+		t.Fatalf("an approved intent of an earlier version: %+v, %v", res, err)
+	}
+	if ds := verifyRT(t, rt); len(ds) != 0 {
+		t.Fatalf("after its execution: %v", ds)
+	}
+	rt.Close(ctx)
+
+	// The marker removed, and an intent written below the API: no import.
+	forged := "16fd2706-8baf-433b-82eb-8c7fada847da"
+	tamper(t, path, func(tx *bolt.Tx) error {
+		st := tx.Bucket([]byte("state"))
+		if err := st.Bucket([]byte("toolgate.meta")).Delete([]byte("intents.audited")); err != nil {
+			return err
+		}
+		input := json.RawMessage(`{"msg":"evil"}`)
+		h, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
+		b, _ := json.Marshal(map[string]any{"id": forged, "hash": h, "tool": "test.echo", "version": "1.0.0", "input": input, "proposer": "agent", "proposedAt": at})
+		if err := st.Bucket([]byte("toolgate.intents")).Put([]byte(forged), b); err != nil {
+			return err
+		}
+		d, _ := json.Marshal(tgruntime.IntentDecision{Approved: true, By: "alice", At: at})
+		return st.Bucket([]byte("toolgate.intent.decisions")).Put([]byte(forged), d)
+	})
+	rt, _ = openRuntimeAt(t, path, echo("test.echo"))
+	in, err := rt.Intent(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execIntent(rt, forged, in.Hash); intentCode(err) != "intent_corrupt" {
+		t.Fatalf("an intent written after the upgrade, with the marker removed: %v; want intent_corrupt", err)
+	}
+	if ds := verifyRT(t, rt); !hasDiscrepancy(ds, "intent", forged, "proposal") {
+		t.Fatalf("not reported: %v", ds)
+	}
+}
+
+func openRuntimeAt(t *testing.T, path string, ts ...tools.Tool) (*tgruntime.Runtime, string) {
+	t.Helper()
+	reg := tools.NewRegistry()
+	for _, tl := range ts {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, path
+}
+
+func verifyRT(t *testing.T, rt *tgruntime.Runtime) []tgruntime.Discrepancy {
+	t.Helper()
+	var out []tgruntime.Discrepancy
+	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+		out = append(out, d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

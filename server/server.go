@@ -75,6 +75,10 @@ type Options struct {
 	// that failed (once, with its cause), an invocation that could not be
 	// run. nil means slog.Default().
 	Logger *slog.Logger
+	// RequestLog, if set, receives one line per request once it is
+	// answered (level Info, message "request"): method, path, principal,
+	// status, executionId, duration. nil means no request log.
+	RequestLog *slog.Logger
 }
 
 // New returns a server for rt with cfg (copied; defaults filled).
@@ -147,7 +151,11 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 		}
 		return r.Method
 	}))
-	s.handler = otelhttp.NewHandler(recoverer(mux), "toolgate", hopts...)
+	var h http.Handler = recoverer(mux)
+	if opts != nil && opts.RequestLog != nil {
+		h = requestLog(opts.RequestLog, h) // outside recoverer: a panic's 500 is logged too
+	}
+	s.handler = otelhttp.NewHandler(h, "toolgate", hopts...)
 	return s, nil
 }
 
@@ -268,6 +276,7 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request, TokenConfig)) h
 			problem(w, http.StatusUnauthorized, "unauthorized", "Invalid token", "the bearer token is not known", nil)
 			return
 		}
+		noted(w).principal = t.Principal
 		h(w, r, t)
 	}
 }
@@ -399,6 +408,9 @@ func withoutStacks(res *tgruntime.Result) {
 func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error) {
 	defer s.checkStore() // whatever the answer, a store that failed meanwhile is logged
 	withoutStacks(res)
+	if res != nil {
+		noted(w).executionID = res.ExecutionID
+	}
 	var ie *tgruntime.IdempotencyError
 	var se *tgruntime.StateError
 	switch {
@@ -746,7 +758,8 @@ func (s *Server) getTool(w http.ResponseWriter, r *http.Request, _ TokenConfig) 
 }
 
 func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenConfig) {
-	rec, err := s.rt.Execution(r.Context(), r.PathValue("id"))
+	// The record and its audit events, read from one state of the store.
+	rec, ds, err := s.rt.ReadExecution(r.Context(), r.PathValue("id"))
 	switch {
 	case errors.Is(err, txn.ErrNotFound) || (err == nil && rec.Principal != who.Principal && !who.Approver):
 		// Another principal's execution is not found, rather than forbidden: ids are not an oracle.
@@ -758,12 +771,8 @@ func (s *Server) getExecution(w http.ResponseWriter, r *http.Request, who TokenC
 		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
 	default:
+		noted(w).executionID = rec.ExecutionID
 		// A record is shown only as the audit log proves it.
-		ds, err := s.rt.VerifyExecution(r.Context(), rec)
-		if err != nil {
-			problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
-			return
-		}
 		if len(ds) > 0 {
 			problem(w, http.StatusConflict, "record-not-proven", "The stored record does not match the audit log",
 				"it was changed outside toolgate; run 'toolgate audit verify'", map[string]any{"discrepancies": ds})
@@ -891,6 +900,7 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	ext := map[string]any{"code": ie.Code}
 	if res != nil {
 		ext["result"] = res // a replay: the stored outcome, with when it ran
+		noted(w).executionID = res.ExecutionID
 	}
 	switch ie.Code {
 	case "intent_malformed":

@@ -51,3 +51,42 @@ func TestProcess_WorkingDirIsPinned(t *testing.T) {
 		return "", nil
 	})
 }
+
+// A process run without a cwd runs in a fresh directory of the temporary
+// directory, removed when it ends, however it ends: nothing named
+// toolgate-proc-* is left behind.
+func TestProcess_FreshDirRemoved(t *testing.T) {
+	child := childBinary(t) // built before TMPDIR changes
+	base := t.TempDir()
+	tmp := filepath.Join(base, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	rt := openExecRuntime(t, caps(t, "process.exec:"+child, "filesystem.read:"+base))
+	for _, c := range []struct {
+		name string
+		in   map[string]any
+	}{
+		{"pwd", map[string]any{"command": child, "args": []string{"pwd"}}},
+		{"writes in it", map[string]any{"command": child, "args": []string{"write", "out.bin", "100000"}}},
+		{"fails", map[string]any{"command": child, "args": []string{"exit", "3"}}},
+		{"timed out", map[string]any{"command": child, "args": []string{"sleep", "30"}, "timeout_seconds": 1}},
+	} {
+		res, err := execute(t, rt, tools.ExecCaptureID, c.in)
+		if res == nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.name == "pwd" {
+			var out struct {
+				Stdout string `json:"stdout"`
+			}
+			if err := json.Unmarshal(res.Output, &out); err != nil || !strings.HasPrefix(out.Stdout, filepath.Join(tmp, "toolgate-proc-")) {
+				t.Fatalf("pwd: %q (%v); want a fresh directory in %s", out.Stdout, err, tmp)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(tmp, "*")); len(left) != 0 {
+			t.Errorf("%s: left in the temporary directory: %v", c.name, left)
+		}
+	}
+}

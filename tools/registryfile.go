@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -27,11 +28,15 @@ var ErrRegistryFile = errors.New("tools: invalid registry file")
 type RegistryFileError struct {
 	File   string
 	Line   int // 1-based; 0 when the error is about the whole file
+	Column int // 1-based, in characters; 0 when not known (set for YAML syntax errors)
 	Reason string
 	Err    error
 }
 
 func (e *RegistryFileError) Error() string {
+	if e.Line > 0 && e.Column > 0 {
+		return fmt.Sprintf("tools: registry file %s:%d:%d: %s", e.File, e.Line, e.Column, e.Reason)
+	}
 	if e.Line > 0 {
 		return fmt.Sprintf("tools: registry file %s:%d: %s", e.File, e.Line, e.Reason)
 	}
@@ -174,10 +179,13 @@ func (p *fileParser) parse(data []byte) ([]*parsedTool, error) {
 				reason = strings.TrimSpace(after)
 			}
 		}
+		col := 0
 		if err.Error() == "EOF" {
 			reason = "empty file; expected a mapping with a tools list"
+		} else if line > 0 {
+			line, col = syntaxErrorAt(data, reason, line)
 		}
-		return nil, &RegistryFileError{File: p.file, Line: line, Reason: reason, Err: err}
+		return nil, &RegistryFileError{File: p.file, Line: line, Column: col, Reason: reason, Err: err}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -761,4 +769,69 @@ func (e *Env) withSearchPath(path string) *Env {
 		Grants: e.Grants, Limits: e.Limits, State: e.State, WorkDir: e.WorkDir, SearchPath: path,
 		OnProcess: e.OnProcess, closed: closed,
 	}
+}
+
+// syntaxErrorAt finds where a YAML syntax error really is. go.yaml.in
+// reports the line of the construct being parsed (the mapping or sequence
+// the bad token is in, line 12 for a mistake on line 85), not the line of
+// the mistake, and no column. The mistake is where the document first fails
+// the same way: the shortest prefix of whole lines whose parse fails with
+// the same reason gives the line, the shortest prefix of that line the
+// column. reported, the line go.yaml.in gave, is kept if the search finds
+// nothing.
+func syntaxErrorAt(data []byte, reason string, reported int) (line, col int) {
+	failsAt := func(n int) bool {
+		var doc yaml.Node
+		err := yaml.NewDecoder(bytes.NewReader(data[:n])).Decode(&doc)
+		if err == nil {
+			return false
+		}
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			if _, after, ok := strings.Cut(rest, ":"); ok {
+				msg = strings.TrimSpace(after)
+			}
+		}
+		return msg == reason
+	}
+	// ends[i] is the offset just past line i+1 (its newline included).
+	var ends []int
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	// The first line whose end fails, then the first byte of it.
+	k := firstTrue(len(ends), func(i int) bool { return failsAt(ends[i]) })
+	if k >= len(ends) {
+		return reported, 0 // not found: keep what go.yaml.in said
+	}
+	start := 0
+	if k > 0 {
+		start = ends[k-1]
+	}
+	text := data[start:ends[k]]
+	n := firstTrue(len(text), func(i int) bool { return failsAt(start + i + 1) })
+	if n >= len(text) {
+		return k + 1, 0
+	}
+	return k + 1, utf8.RuneCount(text[:n]) + 1
+}
+
+// firstTrue is the smallest i in [0, n) for which f is true, assuming f is
+// false and then true; n if it never is.
+func firstTrue(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if f(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }

@@ -67,7 +67,7 @@ func TestParseRegistryFile_Errors(t *testing.T) {
 		{"relative search path", "    command: CHILD\n", "    command: CHILD\n    search_path: .:/usr/bin\n", 6, "not absolute"},
 		{"PATH in env", "    command: CHILD\n", "    command: CHILD\n    env: {PATH: /tmp}\n", 6, "set search_path"},
 		{"alias", "    command: CHILD\n", "    command: &c CHILD\n", 5, "anchors and aliases"},
-		{"YAML syntax", "    version: 1.0.0\n", "    version: 1.0.0\n\tname: tabbed\n", 3, "tab character"}, // the line go.yaml.in reports
+		{"YAML syntax", "    version: 1.0.0\n", "    version: 1.0.0\n\tname: tabbed\n", 4, "tab character"}, // go.yaml.in says line 3
 		{"key given twice", "    version: 1.0.0\n", "    version: 1.0.0\n    version: 2.0.0\n", 4, `field "version" given twice`},
 		{"missing limits", "    limits: {max_execution_time: 10s}\n", "", 2, "missing limits"},
 	} {

@@ -181,6 +181,25 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // AuditLog returns up to limit entries (limit <= 0: all) from seq from on.
 func (s *Store) AuditLog(ctx context.Context, from uint64, limit int) ([]AuditEntry, error) {
 	var out []AuditEntry
+	if s.be != nil {
+		err := s.be.auditGroups(ctx, from, nil, func(seq uint64, v []byte) (bool, error) {
+			var group []AuditEntry
+			if err := json.Unmarshal(v, &group); err != nil {
+				return false, fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
+			}
+			for _, e := range group {
+				if e.Seq < from {
+					continue
+				}
+				if limit > 0 && len(out) == limit {
+					return false, nil
+				}
+				out = append(out, e)
+			}
+			return true, nil
+		})
+		return out, err
+	}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)
 		if log == nil {

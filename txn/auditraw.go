@@ -25,6 +25,9 @@ const AuditHeadKey = "\xff"
 // walk and is returned as is. The walk runs in one read transaction, so it
 // sees one consistent state of the log.
 func (s *Store) AuditRaw(ctx context.Context, fn func(key, value []byte) error) error {
+	if s.be != nil {
+		return s.be.auditRaw(ctx, fn)
+	}
 	return s.view(ctx, func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)
 		if log == nil {
@@ -52,6 +55,9 @@ func (s *Store) AuditRaw(ctx context.Context, fn func(key, value []byte) error) 
 // AuditHead returns the seq of the last entry of the audit log, as its head
 // records it: 0 for an empty log.
 func (s *Store) AuditHead(ctx context.Context) (uint64, error) {
+	if s.be != nil {
+		return s.be.auditHead(ctx)
+	}
 	var seq uint64
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)

@@ -29,8 +29,78 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 	if needle == "" {
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
+	if s.be != nil {
+		n := []byte(needle)
+		{
+			// The backend filters groups by needle; the time window is applied
+			// here, group by group, as below.
+			return s.be.auditGroups(ctx, 0, n, func(seq uint64, v []byte) (bool, error) {
+				min, max := timestamps(v)
+				if min > to {
+					return false, nil
+				}
+				if max < from {
+					return true, nil
+				}
+				var group []AuditEntry
+				if err := json.Unmarshal(v, &group); err != nil {
+					return false, fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
+				}
+				for _, e := range group {
+					if fn(e) {
+						return false, nil
+					}
+				}
+				return true, nil
+			})
+		}
+	}
+	return s.view(ctx, func(tx *bolt.Tx) error { return auditSearch(ctx, tx, needle, from, to, fn) })
+}
+
+// GetWithAudit reads the record of an execution and searches the audit log
+// for its events (as AuditSearch does, with the needle and window that
+// window gives for the record) in one read transaction, so that the record
+// and the events are of one state of the store: a transition committed
+// between two reads cannot look like a record that disagrees with its
+// events. It returns the record, or an error wrapping ErrNotFound or
+// ErrCorrupt.
+func (s *Store) GetWithAudit(ctx context.Context, executionID string, window func(*Record) (needle string, from, to int64), fn func(AuditEntry) bool) (*Record, error) {
+	if s.be != nil {
+		// Two reads on Postgres for now: an in-flight record can race its
+		// next transition (reported, never hidden).
+		rec, err := s.Get(ctx, executionID)
+		if err != nil {
+			return nil, err
+		}
+		needle, from, to := window(rec)
+		return rec, s.AuditSearch(ctx, needle, from, to, fn)
+	}
+	var rec *Record
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		data := getRecord(tx, []byte(executionID))
+		if data == nil {
+			return fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
+		}
+		var err error
+		if rec, err = decodeRecord(executionID, data); err != nil {
+			return err
+		}
+		needle, from, to := window(rec)
+		if needle == "" {
+			return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
+		}
+		return auditSearch(ctx, tx, needle, from, to, fn)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+func auditSearch(ctx context.Context, tx *bolt.Tx, needle string, from, to int64, fn func(AuditEntry) bool) error {
 	n := []byte(needle)
-	return s.view(ctx, func(tx *bolt.Tx) error {
+	{
 		log := tx.Bucket(bucketAudit)
 		if log == nil {
 			return nil
@@ -92,7 +162,7 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // timestamps returns the least and the greatest "timestamp" of the events
@@ -138,6 +208,12 @@ func timestamps(group []byte) (min, max int64) {
 // under; rec is nil and err wraps ErrCorrupt when its bytes do not decode.
 // fn must not call the Store: it runs inside the read transaction.
 func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key string, rec *Record, err error) bool) error {
+	if s.be != nil {
+		return s.be.walk(ctx, after, func(id string, data []byte) bool {
+			rec, err := decodeRecord(id, data)
+			return fn(id, rec, err)
+		})
+	}
 	return s.view(ctx, func(tx *bolt.Tx) error {
 		done := tx.Bucket(bucketExecutions).Cursor()
 		var claims *bolt.Cursor
@@ -191,6 +267,9 @@ func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key strin
 func (s *Store) StatePage(ctx context.Context, namespace, after string, n int) ([]Entry, error) {
 	if err := validateNamespace(namespace); err != nil {
 		return nil, err
+	}
+	if s.be != nil {
+		return s.be.statePage(ctx, namespace, after, n)
 	}
 	var out []Entry
 	err := s.view(ctx, func(tx *bolt.Tx) error {

@@ -24,6 +24,12 @@ func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateVie
 	if err != nil {
 		return nil, err
 	}
+	if s.be != nil {
+		if err := s.be.begin(ctx, rec.ExecutionID, data, guard, evs); err != nil {
+			return nil, err
+		}
+		return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op)}, nil
+	}
 	id := []byte(rec.ExecutionID)
 	var v *StateView
 	err = s.write(ctx, func(tx *bolt.Tx) error {

@@ -15,6 +15,10 @@ import (
 // GOMAXPROCS (64 on two cores), where group commit shares updates.
 //
 //	go test -run '^$' -bench BeginCommit -benchtime 2s ./txn
+//
+// With TOOLGATE_TEST_BACKEND=postgres it runs against Postgres (see
+// conformance_test.go); scripts/pg-test.sh's server runs without fsync, so
+// there sync=true only waits for the WAL write.
 func BenchmarkBeginCommit(b *testing.B) {
 	for _, sync := range []bool{false, true} {
 		for _, par := range []int{0, 32} {
@@ -23,7 +27,11 @@ func BenchmarkBeginCommit(b *testing.B) {
 				name = fmt.Sprintf("sync=%v/callers=%dxGOMAXPROCS", sync, par)
 			}
 			b.Run(name, func(b *testing.B) {
-				s, err := txn.Open(filepath.Join(b.TempDir(), "b.db"), &txn.Options{NoSync: !sync})
+				path := filepath.Join(b.TempDir(), "b.db")
+				if onPostgres() {
+					path = freshPostgres(b)
+				}
+				s, err := txn.Open(path, &txn.Options{NoSync: !sync})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,7 +1,23 @@
-// Package txn is toolgate's bbolt-backed execution store. It persists the
-// record of each execution attempt, with its state history, the audit log,
-// and provides the state transaction (Tx) through which a tool reads and
-// writes its key-value state.
+// Package txn is toolgate's execution store. It persists the record of
+// each execution attempt, with its state history, the audit log, and
+// provides the state transaction (Tx) through which a tool reads and writes
+// its key-value state.
+//
+// # Backends
+//
+// [Open] with a file path opens an embedded bbolt database, the default,
+// described below. Open with a postgres:// (or postgresql://) URL opens the
+// same store in a Postgres database, through pgx: the same API, the same
+// semantics (the contract is written down in backend.go, and one
+// conformance suite runs against both), schema created and migrated on open
+// in one transaction, a schema newer than this build refused with
+// [ErrIncompatible]. On Postgres, as on bbolt, one Store at a time writes
+// (a session advisory lock; another writer gets [ErrLocked] after
+// [Options.Timeout]), writes are group-committed on the writer's own
+// connection, every write transaction first locks the audit log's head row,
+// and [Options.NoSync] sets synchronous_commit off. Read-only Stores work
+// while a writer runs. Sharing one database between several writing nodes
+// (leases, recovery of another node's claims) is not done yet.
 //
 // # Records
 //

@@ -1,6 +1,10 @@
 package txn
 
-import bolt "go.etcd.io/bbolt"
+import (
+	"context"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // SetFailpoint installs a hook called at each commit step (see the Step
 // constants); an error it returns is injected at that step.
@@ -10,6 +14,24 @@ func SetFailpoint(s *Store, hook func(step string) error) { s.hook = hook }
 // comparisons.
 func DumpState(s *Store) (map[string]map[string]string, error) {
 	out := map[string]map[string]string{}
+	if p, ok := s.be.(*pgStore); ok {
+		rows, err := p.pool.Query(context.Background(), `SELECT namespace, key, value FROM toolgate_state`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ns, k, v []byte
+			if err := rows.Scan(&ns, &k, &v); err != nil {
+				return nil, err
+			}
+			if out[string(ns)] == nil {
+				out[string(ns)] = map[string]string{}
+			}
+			out[string(ns)][string(k)] = string(v)
+		}
+		return out, rows.Err()
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketState).ForEach(func(ns, _ []byte) error {
 			m := map[string]string{}
@@ -26,6 +48,21 @@ func DumpState(s *Store) (map[string]map[string]string, error) {
 // Claims returns the ids in the executing index.
 func Claims(s *Store) ([]string, error) {
 	var out []string
+	if p, ok := s.be.(*pgStore); ok {
+		rows, err := p.pool.Query(context.Background(), `SELECT id FROM toolgate_executions WHERE executing ORDER BY id`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id []byte
+			if err := rows.Scan(&id); err != nil {
+				return nil, err
+			}
+			out = append(out, string(id))
+		}
+		return out, rows.Err()
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketExecuting).ForEach(func(k, _ []byte) error {
 			out = append(out, string(k))
@@ -45,5 +82,8 @@ func FreelistSynced(path string) (synced, ok bool) { return freelistSynced(path)
 func Queued(s *Store) int {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if p, ok := s.be.(*pgStore); ok {
+		return len(p.queue)
+	}
 	return len(s.queue)
 }

@@ -19,6 +19,9 @@ import (
 // finish may return audit events for the transitions it adds; they are
 // appended in the same update.
 func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
+	if s.be != nil {
+		return s.be.recover(ctx, finish)
+	}
 	var done []*Record
 	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
 		done = done[:0]
@@ -36,6 +39,15 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 			rec, err := decodeRecord(string(id), c.data)
 			if err != nil {
 				return err
+			}
+			// Only a claim is finished: a record put in the claims by hand
+			// (a final one moved there, so that recovery would rewrite it
+			// with genuine events) is refused, never rewritten.
+			if rec.State != "EXECUTING" {
+				return fmt.Errorf("%w: the claim of execution %q is in state %s, not EXECUTING: it was changed outside toolgate", ErrCorrupt, id, rec.State)
+			}
+			if tx.Bucket(bucketExecutions).Get(id) != nil {
+				return fmt.Errorf("%w: execution %q is both claimed and final: it was changed outside toolgate", ErrCorrupt, id)
 			}
 			events, err := finish(rec)
 			if err != nil {

@@ -15,7 +15,43 @@ import (
 // nil. It is valid only during the call it is passed to.
 type StateView struct {
 	tx     *bolt.Tx
+	alt    stateReader // when tx is nil: another backend's transaction
+	err    error       // alt's first read error: the update fails with it
 	writes map[string]map[string]op
+}
+
+// result is the outcome of the function the view was passed to: a read
+// error the function could not see wins.
+func (v *StateView) result(err error) error {
+	if v.err != nil {
+		return v.err
+	}
+	return err
+}
+
+// altGet and altScan read through alt, keeping the first error.
+func (v *StateView) altGet(namespace, key string) ([]byte, bool) {
+	if v.err != nil {
+		return nil, false
+	}
+	val, ok, err := v.alt.get(namespace, key)
+	if err != nil {
+		v.err = err
+		return nil, false
+	}
+	return val, ok
+}
+
+func (v *StateView) altScan(namespace, prefix string, n int) []Entry {
+	if v.err != nil {
+		return nil
+	}
+	es, err := v.alt.scan(namespace, prefix, n)
+	if err != nil {
+		v.err = err
+		return nil
+	}
+	return es
 }
 
 // Get returns the value of key: the view's own write if there is one, else
@@ -26,6 +62,9 @@ func (v *StateView) Get(namespace, key string) ([]byte, bool) {
 			return nil, false
 		}
 		return bytes.Clone(o.value), true
+	}
+	if v.tx == nil {
+		return v.altGet(namespace, key)
 	}
 	return readState(v.tx, namespace, key)
 }
@@ -56,7 +95,13 @@ func (v *StateView) buffer(namespace, key string, o op) error {
 func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 	own := v.writes[namespace]
 	var es []Entry
-	if limit > 0 {
+	if v.tx == nil {
+		n := 0
+		if limit > 0 {
+			n = limit + len(own)
+		}
+		es = v.altScan(namespace, prefix, n)
+	} else if limit > 0 {
 		// The first limit entries are among the first limit+len(own)
 		// committed ones and the view's own: no need to read the rest.
 		es = scanStateN(v.tx, namespace, prefix, limit+len(own))
@@ -94,6 +139,9 @@ func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error, even
 	if err != nil {
 		return err
 	}
+	if s.be != nil {
+		return s.be.updateState(ctx, fn, evs)
+	}
 	var v *StateView
 	return s.write(ctx, func(tx *bolt.Tx) error {
 		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
@@ -128,6 +176,9 @@ func (s *Store) PutState(ctx context.Context, namespace, key string, value []byt
 // StateScan returns the committed entries of namespace under prefix, in
 // key order.
 func (s *Store) StateScan(ctx context.Context, namespace, prefix string) ([]Entry, error) {
+	if s.be != nil {
+		return s.be.stateScan(ctx, namespace, prefix)
+	}
 	var out []Entry
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		out = scanState(tx, namespace, prefix)

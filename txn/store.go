@@ -69,6 +69,7 @@ func (o *Options) Validate() error {
 // Store is a bbolt-backed store of execution records and tool-visible state.
 // It is safe for concurrent use.
 type Store struct {
+	be       backend // nil: bbolt, this package's own code; else the backend of a postgres:// URL (pg.go)
 	path     string
 	db       *bolt.DB
 	readOnly bool
@@ -105,6 +106,9 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	if path == "" {
 		return nil, errors.New("txn: empty database path")
+	}
+	if isPostgresURL(path) {
+		return openPostgres(path, opts)
 	}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -276,13 +280,17 @@ func (s *Store) Close() error {
 	}
 	s.wmu.Unlock()
 	s.writers.Wait() // queued writes finish: their outcome is never left unknown
+	if s.be != nil {
+		return s.be.close()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("txn: close %s: %w", s.path, err)
 	}
 	return nil
 }
 
-// Path returns the path the store was opened with.
+// Path returns the path the store was opened with (a Postgres URL with its
+// password hidden).
 func (s *Store) Path() string { return s.path }
 
 // Put stores a record that never entered a transaction (FAILED, DENIED, or
@@ -300,6 +308,9 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 	evs, err := prepareAudit(events)
 	if err != nil {
 		return err
+	}
+	if s.be != nil {
+		return s.be.put(ctx, rec.ExecutionID, data, evs)
 	}
 	id := []byte(rec.ExecutionID)
 	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, id) },
@@ -323,6 +334,16 @@ func (s *Store) audit(events []auditEvent) error {
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.
 func (s *Store) Get(ctx context.Context, executionID string) (*Record, error) {
+	if s.be != nil {
+		data, err := s.be.getRecord(ctx, executionID)
+		if err != nil {
+			return nil, err
+		}
+		if data == nil {
+			return nil, fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
+		}
+		return decodeRecord(executionID, data)
+	}
 	var rec *Record
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		data := getRecord(tx, []byte(executionID))
@@ -358,6 +379,30 @@ func (f *Filter) match(r *Record) bool {
 // records this is creation order, oldest first.
 func (s *Store) List(ctx context.Context, f Filter) ([]*Record, error) {
 	var out []*Record
+	if s.be != nil {
+		var derr error
+		err := s.be.walk(ctx, "", func(id string, data []byte) bool {
+			if f.Limit > 0 && len(out) == f.Limit {
+				return false
+			}
+			rec, err := decodeRecord(id, data)
+			if err != nil {
+				derr = err
+				return false
+			}
+			if f.match(rec) {
+				out = append(out, rec)
+			}
+			return true
+		})
+		if err == nil {
+			err = derr
+		}
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		// Final records and claims, merged in id order.
 		done := tx.Bucket(bucketExecutions).Cursor()
@@ -408,6 +453,9 @@ func (s *Store) StateValue(ctx context.Context, namespace, key string) ([]byte, 
 	if err := validateKey(namespace, key); err != nil {
 		return nil, false, err
 	}
+	if s.be != nil {
+		return s.be.stateValue(ctx, namespace, key)
+	}
 	var (
 		value []byte
 		found bool
@@ -430,6 +478,16 @@ func (s *Store) StateValues(ctx context.Context, namespace string) (map[string][
 		return nil, err
 	}
 	out := make(map[string][]byte)
+	if s.be != nil {
+		es, err := s.be.stateScan(ctx, namespace, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			out[e.Key] = e.Value
+		}
+		return out, nil
+	}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketState).Bucket([]byte(namespace))
 		if b == nil {

@@ -21,9 +21,14 @@ import (
 
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 890, time.UTC)
 
-// openStore opens a fresh store in a temporary directory, closed at cleanup.
+// openStore opens a fresh store in a temporary directory, closed at cleanup;
+// with TOOLGATE_TEST_BACKEND=postgres, in a fresh Postgres database (see
+// conformance_test.go).
 func openStore(t *testing.T) *txn.Store {
 	t.Helper()
+	if onPostgres() {
+		return openStoreAt(t, freshPostgres(t))
+	}
 	return openStoreAt(t, filepath.Join(t.TempDir(), "toolgate.db"))
 }
 

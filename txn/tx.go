@@ -103,10 +103,15 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 		return nil, err
 	}
 	var committed []Entry
-	err := t.store.view(context.Background(), func(tx *bolt.Tx) error {
-		committed = scanState(tx, namespace, prefix)
-		return nil
-	})
+	var err error
+	if be := t.store.be; be != nil {
+		committed, err = be.stateScan(context.Background(), namespace, prefix)
+	} else {
+		err = t.store.view(context.Background(), func(tx *bolt.Tx) error {
+			committed = scanState(tx, namespace, prefix)
+			return nil
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +254,23 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		return err
 	}
 	s, id := t.store, []byte(t.id)
-	err = s.write(ctx, func(tx *bolt.Tx) error {
+	if s.be != nil {
+		err = s.be.commit(ctx, t, data, evs)
+	} else {
+		err = t.commitBolt(ctx, id, data, evs)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
+	}
+	t.end()
+	final.WriteSet = summary
+	return nil
+}
+
+// commitBolt is Commit's bbolt update.
+func (t *Tx) commitBolt(ctx context.Context, id, data []byte, evs []auditEvent) error {
+	s := t.store
+	return s.write(ctx, func(tx *bolt.Tx) error {
 		if err := s.failpoint(StepCheckReads); err != nil {
 			return err
 		}
@@ -269,12 +290,6 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		}
 		return s.audit(evs)
 	})
-	if err != nil {
-		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
-	}
-	t.end()
-	final.WriteSet = summary
-	return nil
 }
 
 // Rollback discards the buffered write-set, ends the Tx, and stores final,
@@ -306,13 +321,17 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 		return err
 	}
 	id := []byte(t.id)
-	err = t.store.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, id) },
-		func(tx *bolt.Tx) error {
-			if err := finishRecord(tx, id, data); err != nil {
-				return err
-			}
-			return t.store.audit(evs)
-		})
+	if be := t.store.be; be != nil {
+		err = be.rollback(ctx, t.id, data, evs)
+	} else {
+		err = t.store.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, id) },
+			func(tx *bolt.Tx) error {
+				if err := finishRecord(tx, id, data); err != nil {
+					return err
+				}
+				return t.store.audit(evs)
+			})
+	}
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
 	}

@@ -75,7 +75,7 @@ see where the time goes with 'go tool pprof'.`,
 		},
 	}
 	cmd.Flags().IntVar(&callers, "callers", 64, "concurrent callers of the many-caller phases")
-	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "how long each of the four measured phases runs")
+	cmd.Flags().Var(newDurationValue(&duration, 3*time.Second), "duration", "how long each of the four measured phases runs")
 	cmd.Flags().BoolVar(&sync, "sync", true, "fsync every commit (--sync=false: NoSync, not durable)")
 	cmd.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of each measured phase to this `directory`")
 	return cmd

@@ -91,7 +91,8 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		c.Status, c.Detail = checkFailed, err.Error()
 		return c
 	}
-	if _, err := os.Stat(path); os.IsNotExist(err) {
+	shown := txn.ShownPath(path) // a postgres:// URL without its password
+	if _, err := os.Stat(path); os.IsNotExist(err) && !txn.IsPostgresURL(path) {
 		dir := filepath.Dir(path)
 		for ; dir != "/" && dir != "."; dir = filepath.Dir(dir) {
 			if _, err := os.Stat(dir); err == nil {
@@ -117,7 +118,7 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		return c
 	}
 	if store == nil {
-		c.Status, c.Detail = checkOK, path+" (empty)"
+		c.Status, c.Detail = checkOK, shown+" (empty)"
 		return c
 	}
 	defer store.Close()
@@ -126,7 +127,11 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		c.Status, c.Detail = checkFailed, err.Error()
 		return c
 	}
-	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%d executions recorded)", path, len(recs))
+	backend := "bbolt file"
+	if txn.IsPostgresURL(path) {
+		backend = "Postgres"
+	}
+	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%s; %d executions recorded)", shown, backend, len(recs))
 	parked, err := store.StateValues(ctx, tgruntime.FailedWritesNamespace)
 	if err != nil {
 		c.Status, c.Detail = checkFailed, err.Error()

@@ -151,7 +151,7 @@ names each field that disagrees, and exits 7.
 				return usageErr("no execution %s", clean(id))
 			}
 			defer store.Close()
-			rec, err := store.Get(cmd.Context(), id)
+			rec, ds, err := tgruntime.ReadExecution(cmd.Context(), store, id)
 			if errors.Is(err, txn.ErrNotFound) {
 				return usageErr("no execution %s", clean(id))
 			}
@@ -160,10 +160,6 @@ names each field that disagrees, and exits 7.
 			}
 			if err != nil {
 				return internalErr(err)
-			}
-			ds, err := tgruntime.VerifyExecution(cmd.Context(), store, rec)
-			if err != nil {
-				return internalErr(fmt.Errorf("reading the audit log: %w", err))
 			}
 			if len(ds) > 0 && !g.json {
 				writeDiscrepancies(stdio.Out, "this record", ds)
@@ -247,9 +243,12 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode().IsRegular() && fi.Size() == 0) {
-		return nil, nil
+	pg := txn.IsPostgresURL(path)
+	if !pg {
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode().IsRegular() && fi.Size() == 0) {
+			return nil, nil
+		}
 	}
 	store, err := txn.Open(path, &txn.Options{ReadOnly: true})
 	switch {
@@ -258,6 +257,7 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 	case errors.Is(err, fs.ErrNotExist): // removed since the Stat
 		return nil, nil
 	case errors.Is(err, txn.ErrLocked):
+		path = txn.ShownPath(path)
 		return nil, internalErr(fmt.Errorf("database %s is locked by another process (a running 'toolgate serve' or 'toolgate run'?): read-only inspection needs a shared lock, which a writer's exclusive lock excludes; retry when a run has finished, or stop the server or use its HTTP API", path))
 	}
 	return nil, internalErr(err)

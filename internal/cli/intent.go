@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -125,6 +128,7 @@ func newIntentListCmd(g *globals, stdio Stdio) *cobra.Command {
 ` + inspectLockHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			status = strings.ToLower(status) // as show prints it (PENDING) or as stored (pending)
 			switch status {
 			case "", tgruntime.IntentPending, tgruntime.IntentApproved, tgruntime.IntentRejected, tgruntime.IntentExecuted:
 			default:
@@ -201,21 +205,76 @@ func printIntent(w io.Writer, v intentView) {
 	writeJSON(w, it.Input)
 	fmt.Fprintln(w, "History:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  %s\tproposed by %s\n", it.ProposedAt.Local().Format(time.RFC3339Nano), it.Proposer)
+	for _, e := range intentHistory(it) {
+		fmt.Fprintf(tw, "  %s\t%s\n", e.at.Local().Format(time.RFC3339Nano), e.what)
+	}
+	tw.Flush()
+}
+
+type historyEntry struct {
+	at   time.Time
+	what string
+}
+
+// intentHistory is everything that happened to an intent, in time order
+// (a refusal can come before the decision or the execution): proposal,
+// decision, execution, refused execution requests. Equal times keep that
+// order.
+func intentHistory(it *tgruntime.Intent) []historyEntry {
+	h := []historyEntry{{it.ProposedAt, "proposed by " + it.Proposer}}
 	if d := it.Decision; d != nil {
 		if d.Approved {
-			fmt.Fprintf(tw, "  %s\tapproved by %s\n", d.At.Local().Format(time.RFC3339Nano), d.By)
+			h = append(h, historyEntry{d.At, "approved by " + d.By})
 		} else {
-			fmt.Fprintf(tw, "  %s\trejected by %s: %s\n", d.At.Local().Format(time.RFC3339Nano), d.By, d.Reason)
+			h = append(h, historyEntry{d.At, "rejected by " + d.By + ": " + d.Reason})
 		}
 	}
 	if x := it.Execution; x != nil {
-		fmt.Fprintf(tw, "  %s\texecuted by %s: execution %s ('toolgate show %s')\n", x.At.Local().Format(time.RFC3339Nano), x.Principal, x.ExecutionID, x.ExecutionID)
+		h = append(h, historyEntry{x.At, fmt.Sprintf("executed by %s: execution %s ('toolgate show %s')", x.Principal, x.ExecutionID, x.ExecutionID)})
 	}
 	for _, r := range it.Refusals {
-		fmt.Fprintf(tw, "  %s\trefused to %s: %s\n", r.At.Local().Format(time.RFC3339Nano), r.Principal, r.Code)
+		h = append(h, historyEntry{r.At, "refused to " + r.Principal + ": " + r.Code})
 	}
-	tw.Flush()
+	slices.SortStableFunc(h, func(a, b historyEntry) int { return a.at.Compare(b.at) })
+	return h
+}
+
+// runHint is the command that runs an approved intent, with the --allow
+// flags its tool requires, scoped to what this input touches where the
+// input says it (a process tool's command and directory, a "path" field);
+// PATH where it does not. A principal the policy already grants them to
+// can leave them out.
+func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
+	args := []string{"toolgate", "run", "--intent", it.ID, "--hash", it.Hash}
+	e, err := reg.Lookup(it.Tool, it.Version)
+	if err != nil {
+		return quoteArgs(args)
+	}
+	var preview *tools.ProcessPreview
+	if p, ok := e.Tool().(tools.Previewer); ok {
+		preview, _ = p.Preview(it.Input)
+	}
+	var in struct {
+		Path string `json:"path"`
+	}
+	_ = json.Unmarshal(it.Input, &in)
+	for _, c := range e.Declaration().RequiredCapabilities {
+		v := c.String()
+		if c.Scope == "" {
+			switch {
+			case c.IsFilesystem() && preview != nil && preview.Dir != "":
+				v += ":" + preview.Dir
+			case c.IsFilesystem() && preview == nil && in.Path != "":
+				v += ":" + filepath.Dir(in.Path)
+			case c.IsFilesystem():
+				v += ":PATH"
+			case c.Name == "process.exec" && preview != nil && preview.Command != "":
+				v += ":" + preview.Command
+			}
+		}
+		args = append(args, "--allow", v)
+	}
+	return quoteArgs(args)
 }
 
 // quoteArgs shows argv so that each argument is unambiguous: quoted when
@@ -340,7 +399,7 @@ without --yes, nothing is approved. A decision is final.`,
 				if g.json {
 					return encodeJSON(stdio, viewOf(rt.Registry(), it))
 				}
-				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: toolgate run --intent %s --hash %s\n", it.ID, it.ID, it.Hash)
+				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: %s\n", it.ID, runHint(rt.Registry(), it))
 				return nil
 			})
 		},

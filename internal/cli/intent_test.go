@@ -161,3 +161,37 @@ func TestRun_IdempotencyKey(t *testing.T) {
 		t.Errorf("--bypass-idempotency without a key: exit %d", r.code)
 	}
 }
+
+// intent approve prints a run hint that works as printed (with the --allow
+// the run needs); intent list --status takes any case (show prints
+// PENDING); intent show lists the history in time order.
+func TestIntent_ApproveHintStatusCaseHistoryOrder(t *testing.T) {
+	workdir(t)
+	id, hash := propose(t, "file.read", "--input", `{"path":"hello.txt"}`)
+	for _, s := range []string{"PENDING", "Pending", "pending"} {
+		if r := toolgate(t, "", "intent", "list", "--status", s); r.code != 0 || !strings.Contains(r.stdout, id) {
+			t.Errorf("list --status %s: exit %d\n%s%s", s, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := toolgate(t, "", "intent", "list", "--status", "APPROVED"); r.code != 0 || strings.Contains(r.stdout, id) {
+		t.Errorf("list --status APPROVED: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Refused while pending, then approved: the refusal comes first.
+	if r := toolgate(t, "", "run", "--intent", id, "--hash", hash, "--allow", "filesystem.read:."); r.code != ExitDenied {
+		t.Fatalf("pending intent: exit %d\n%s", r.code, r.stderr)
+	}
+	r := toolgate(t, "", "intent", "approve", id, "--yes")
+	_, hint, ok := strings.Cut(r.stdout, "run it with: toolgate ")
+	if r.code != 0 || !ok || !strings.Contains(hint, "--allow filesystem.read:.") {
+		t.Fatalf("approve: exit %d, want a hint with --allow filesystem.read:.\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := toolgate(t, "", strings.Fields(hint)...); r.code != 0 || !strings.Contains(r.stdout, `"content": "hello\n"`) {
+		t.Fatalf("the hint as printed (%s): exit %d\n%s%s", strings.TrimSpace(hint), r.code, r.stdout, r.stderr)
+	}
+	show := toolgate(t, "", "intent", "show", id).stdout
+	proposed, refused, approved, executed := strings.Index(show, "proposed by"), strings.Index(show, "refused to"),
+		strings.Index(show, "approved by"), strings.Index(show, "executed by")
+	if proposed < 0 || !(proposed < refused && refused < approved && approved < executed) {
+		t.Fatalf("history not in time order:\n%s", show)
+	}
+}

@@ -65,10 +65,15 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			if err := tgruntime.CheckIdentity(who, ""); err != nil {
 				return usageErr("--principal: %v", strings.TrimPrefix(err.Error(), "runtime: "))
 			}
-			grants, err := parseAllow(allow)
+			reg, err := g.registry()
+			if err != nil {
+				return err
+			}
+			grants, err := parseAllow(allow, reg)
 			if err != nil {
 				return usageErr("--allow: %v", err)
 			}
+			warnBroadGrants(stdio.Err, grants)
 			var cfg *server.Config
 			if addr != "" {
 				if config == "" {
@@ -83,13 +88,9 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			} else if config != "" || remote {
 				return usageErr("--config and --allow-remote go with --http")
 			}
-			reg, err := g.registry()
-			if err != nil {
-				return err
-			}
 			policy, perr := g.policy()
 			if perr != nil {
-				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+				return perr // a usage error: nothing is opened or served
 			}
 			var l net.Listener
 			if addr != "" {

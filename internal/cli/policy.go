@@ -36,15 +36,24 @@ shows where each grant it would use leads.`
 
 // policy loads the policy named by --policy or $TOOLGATE_POLICY: nil when
 // neither is set; a deny-all policy and the error when it cannot be read.
+//
+// A policy file that cannot be read or is invalid is a configuration
+// error, a usage error (exit 2) for every command that decides with it,
+// returned before anything is run or recorded; the policy returned with it
+// denies everything, for a caller that reports and goes on (doctor).
 func (g *globals) policy() (*capability.Policy, error) {
-	path := g.policyPath
+	path, from := g.policyPath, "--policy"
 	if path == "" {
-		path = os.Getenv("TOOLGATE_POLICY")
+		path, from = os.Getenv("TOOLGATE_POLICY"), "$TOOLGATE_POLICY"
 	}
 	if path == "" {
 		return nil, nil
 	}
-	return capability.LoadPolicy(path)
+	p, err := capability.LoadPolicy(path)
+	if err != nil {
+		return p, usageErr("%s: %s", from, strings.TrimPrefix(err.Error(), "capability: "))
+	}
+	return p, nil
 }
 
 func newPolicyCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -131,15 +140,24 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
   toolgate policy check --principal alice --allow filesystem.read:. file.read --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := g.lookup(args[0])
+			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
-			extra, err := parseAllow(allow)
+			id, version, _ := strings.Cut(args[0], "@")
+			e, err := reg.Lookup(id, version)
+			if err != nil {
+				return usageErr("%v; 'toolgate tools' lists the registered tools", err)
+			}
+			extra, err := parseAllow(allow, reg)
 			if err != nil {
 				return usageErr("--allow: %v", err)
 			}
-			policy, perr := g.policy()
+			warnBroadGrants(stdio.Err, extra)
+			policy, err := g.policy()
+			if err != nil {
+				return err
+			}
 			if policy == nil {
 				policy, _ = capability.NewPolicy(nil)
 			}
@@ -164,9 +182,6 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 				}
 			} else {
 				printDecision(stdio, v, policy.Grants(who), extra)
-				if perr != nil {
-					fmt.Fprintf(stdio.Err, "toolgate: %v\n", perr)
-				}
 			}
 			if !d.Allowed() {
 				return &exitError{code: ExitDenied}
@@ -242,7 +257,7 @@ func newPolicyShowCmd(g *globals, stdio Stdio) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			policy, err := g.policy()
 			if err != nil {
-				return &exitError{code: ExitDenied, err: fmt.Errorf("%v (every decision is denied until it is fixed)", err)}
+				return err
 			}
 			if policy == nil {
 				return usageErr("no policy: pass --policy FILE or set TOOLGATE_POLICY")

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/server"
 )
 
 func writePolicy(t *testing.T, dir string) string {
@@ -45,7 +49,7 @@ func TestPolicyCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = toolgate(t, "", "policy", "check", "--policy", policy, "--principal", "alice", "file.read")
-	if r.code != ExitDenied || !strings.Contains(r.stdout, "policy unavailable") || !strings.Contains(r.stderr, "policy.json:1:") {
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "policy.json:1:") {
 		t.Fatalf("invalid policy: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -80,9 +84,9 @@ func TestRun_Principal(t *testing.T) {
 		t.Fatalf("TOOLGATE_POLICY: code %d\n%s", r.code, r.stderr)
 	}
 
-	// An unreadable policy denies everything, --allow included, and says so.
+	// An unreadable policy is a usage error (TestPolicyFile_BrokenIsUsageError).
 	r := toolgate(t, "", "run", "--policy", filepath.Join(dir, "nope.json"), "--principal", "alice", "--allow", "filesystem.read:.", "file.read", "--input", in, "--json")
-	if r.code != ExitDenied || !strings.Contains(r.stderr, "nope.json") || !strings.Contains(r.stdout, "policy_unavailable") {
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "nope.json") {
 		t.Fatalf("unreadable policy: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
@@ -94,7 +98,7 @@ func TestPolicyShow(t *testing.T) {
 	if r.code != ExitCompleted || !strings.Contains(r.stdout, "alice") || !strings.Contains(r.stdout, "revision") {
 		t.Fatalf("code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := toolgate(t, "", "policy", "show", "--policy", filepath.Join(dir, "nope.json")); r.code != ExitDenied || !strings.Contains(r.stderr, "denied") {
+	if r := toolgate(t, "", "policy", "show", "--policy", filepath.Join(dir, "nope.json")); r.code != ExitUsage || !strings.Contains(r.stderr, "nope.json") {
 		t.Fatalf("unreadable: code %d\n%s", r.code, r.stderr)
 	}
 	if r := toolgate(t, "", "policy", "show"); r.code != ExitUsage {
@@ -130,5 +134,55 @@ func TestPolicyCheck_ShowsResolvedGrant(t *testing.T) {
 	}
 	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "alice", "file.read", "--input", `{"path":"link/in.txt"}`); r.code != ExitCompleted || !strings.Contains(r.stdout, "inside") {
 		t.Fatalf("run through the resolved grant: code %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A policy file that is missing or invalid, given by --policy or
+// $TOOLGATE_POLICY, is a usage error (exit 2) before anything is recorded:
+// run, policy check and policy show refuse, and serve does not start.
+func TestPolicyFile_BrokenIsUsageError(t *testing.T) {
+	dir := workdir(t)
+	db := os.Getenv("TOOLGATE_DB")
+	invalid := filepath.Join(dir, "invalid.json")
+	must(t, os.WriteFile(invalid, []byte("{\"version\": 1,\n \"principals\": {\"alice\": [\"filesystem.read:.\",]}}"), 0o600))
+	missing := filepath.Join(dir, "missing.json")
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	cmds := [][]string{
+		{"run", "--principal", "alice", "--allow", "filesystem.read:.", "file.read", "--input", `{"path":"hello.txt"}`},
+		{"run", "--principal", "alice", "--allow", "filesystem.read:.", "file.read", "--input", `{"path":"hello.txt"}`, "--json"},
+		{"policy", "check", "--principal", "alice", "file.read"},
+		{"policy", "show"},
+		{"serve", "--config", cfg, "--addr", "127.0.0.1:0"},
+	}
+	for _, file := range []struct{ path, want string }{{invalid, "invalid.json:2:"}, {missing, "missing.json"}} {
+		for _, args := range cmds {
+			for _, viaEnv := range []bool{false, true} {
+				a := append([]string{"--policy", file.path}, args...)
+				if viaEnv {
+					t.Setenv("TOOLGATE_POLICY", file.path)
+					a = args
+				}
+				var r run
+				if args[0] == "serve" {
+					// A server that starts anyway stops when ctx ends (and
+					// fails the test); one that refuses returns at once.
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					var out, errb syncBuffer
+					code := Main(ctx, a, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+					cancel()
+					r = run{code, out.String(), errb.String()}
+				} else {
+					r = toolgate(t, "", a...)
+				}
+				t.Setenv("TOOLGATE_POLICY", "")
+				if r.code != ExitUsage || !strings.Contains(r.stderr, file.want) {
+					t.Errorf("%v (env %v): exit %d, want 2 naming %s\n%s%s", a, viaEnv, r.code, file.want, r.stdout, r.stderr)
+				}
+			}
+		}
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Fatalf("a broken policy file let a command create the database: %v", err)
 	}
 }

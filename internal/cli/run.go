@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -101,14 +100,15 @@ as --principal, by default cli:$USER.
 			if err != nil {
 				return usageErr("--input: %v", err)
 			}
-			grants, err := parseAllow(allow)
-			if err != nil {
-				return usageErr("--allow: %v", err)
-			}
 			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
+			grants, err := parseAllow(allow, reg)
+			if err != nil {
+				return usageErr("--allow: %v", err)
+			}
+			warnBroadGrants(stdio.Err, grants)
 			if intentID == "" {
 				if _, err := reg.Lookup(id, version); err != nil {
 					return usageErr("%v; 'toolgate tools' lists the registered tools", err)
@@ -116,11 +116,9 @@ as --principal, by default cli:$USER.
 			} else if err := g.intentDatabase(intentID); err != nil {
 				return err
 			}
-			policy, perr := g.policy()
-			if perr != nil {
-				// Fail closed: the run goes on under a deny-all policy, so the
-				// denial is recorded and audited with the reason.
-				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			policy, err := g.policy() // a broken policy file: refused before the database is opened
+			if err != nil {
+				return err
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown() // after rt.Close: every span has ended
@@ -196,11 +194,11 @@ as --principal, by default cli:$USER.
 	cmd.Flags().StringVar(&intentHash, "hash", "", "the approved intent's SHA-256 hash (with --intent)")
 	cmd.Flags().StringVar(&idemKey, "idempotency-key", "", "run at most once per key (per principal and tool): a repeat returns the stored result")
 	cmd.Flags().BoolVar(&bypass, "bypass-idempotency", false, "run even though the key holds a result (audited as a bypass)")
-	cmd.Flags().DurationVar(&idemTTL, "idempotency-ttl", 0, "how long the key holds this call's result (default 24h)")
+	cmd.Flags().Var(newDurationValue(&idemTTL, 0), "idempotency-ttl", "how long the key holds this call's result (default 24h)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "fail at once if the key's first invocation is still running, instead of waiting for it")
 	// Lowers the tool's max execution time for this call (an invocation may
 	// only lower a declared limit); for tests that need a timeout.
-	cmd.Flags().DurationVar(&maxTime, "max-time", 0, "lower the tool's max execution time for this call")
+	cmd.Flags().Var(newDurationValue(&maxTime, 0), "max-time", "lower the tool's max execution time for this call")
 	cmd.Flags().MarkHidden("max-time")
 	return cmd
 }
@@ -322,28 +320,6 @@ func readInput(arg string, stdin io.Reader) (json.RawMessage, error) {
 		return nil, fmt.Errorf("input larger than %d bytes", maxInputFile)
 	}
 	return b, nil
-}
-
-// parseAllow parses --allow values, making relative filesystem scopes
-// absolute so that "filesystem.read:." means the current directory.
-func parseAllow(vals []string) ([]capability.Capability, error) {
-	out := make([]capability.Capability, 0, len(vals))
-	for _, v := range vals {
-		name, scope, scoped := strings.Cut(v, ":")
-		if scoped && strings.HasPrefix(name, "filesystem.") && scope != "" && !filepath.IsAbs(scope) {
-			abs, err := filepath.Abs(scope)
-			if err != nil {
-				return nil, err
-			}
-			v = name + ":" + abs
-		}
-		c, err := capability.Parse(v)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // refusedErr reports an invocation refused before it ran (an intent that

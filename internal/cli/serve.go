@@ -18,6 +18,7 @@ func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
 		addr, config string
 		remote       bool
 		hashToken    bool
+		noRequestLog bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -52,6 +53,10 @@ grace period, abort the rest (recorded ABORTED, ROLLED_BACK), close the store.
 A store that fails (a full disk, a read-only file system) is logged once on
 stderr with what to fix; /readyz answers 503 until the server is restarted.
 
+Each request is logged on stderr once answered, one structured line
+(msg=request method path principal status executionId duration);
+--no-request-log turns that off.
+
 'toolgate serve --hash-token' reads a token on stdin and prints the SHA-256
 the config file stores for it.`,
 		Args: cobra.NoArgs,
@@ -79,9 +84,9 @@ the config file stores for it.`,
 			if !server.IsLoopback(addr) && !remote {
 				return usageErr("--addr %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
 			}
-			policy, perr := g.policy()
-			if perr != nil {
-				fmt.Fprintf(stdio.Err, "toolgate: %v (every capability is denied)\n", perr)
+			policy, err := g.policy() // a broken policy file: the server does not start
+			if err != nil {
+				return err
 			}
 			// Take the address first: a server that cannot listen must not
 			// create (or lock) the database.
@@ -99,8 +104,12 @@ the config file stores for it.`,
 			if err != nil {
 				return err
 			}
-			srv, err := server.New(rt, cfg, &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider,
-				Logger: slog.New(slog.NewTextHandler(stdio.Err, nil))})
+			logger := slog.New(slog.NewTextHandler(stdio.Err, nil))
+			sopts := &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider, Logger: logger}
+			if !noRequestLog {
+				sopts.RequestLog = logger
+			}
+			srv, err := server.New(rt, cfg, sopts)
 			if err != nil {
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)
@@ -116,6 +125,7 @@ the config file stores for it.`,
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback unless --allow-remote)")
 	cmd.Flags().StringVar(&config, "config", "", "server config file: tokens, rate limits, limits")
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "allow a listen address beyond loopback")
+	cmd.Flags().BoolVar(&noRequestLog, "no-request-log", false, "write no request log (one line per request on stderr: method, path, principal, status, executionId, duration)")
 	cmd.Flags().BoolVar(&hashToken, "hash-token", false, "print the SHA-256 of a token read from stdin, for the config file")
 	return cmd
 }

@@ -25,7 +25,8 @@ func newStatsCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "Execution statistics per tool, from the stored records",
 		Long: `Summarize the stored execution records per tool, and in total, for users
 without a metrics backend. Every stored attempt counts; --since keeps the
-attempts started within the given Go duration (30m, 24h, 168h for a week),
+attempts started within the given duration (30m, 24h, 1d, 2w, 1d12h: units ms,
+s, m, h, d for a day and w for a week),
 --tool those of one tool (TOOL or TOOL@VERSION).
 
   CALLS        invocations: distinct call ids (all attempts of a call share it)
@@ -52,7 +53,7 @@ latency_samples says how many).
 
 ` + inspectLockHelp,
 		Example: `  toolgate stats
-  toolgate stats --since 24h --tool file.read
+  toolgate stats --since 1d --tool file.read
   toolgate stats --since 1h --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -109,7 +110,7 @@ latency_samples says how many).
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 0, "only attempts started within this duration, e.g. 1h or 24h (default: all)")
+	cmd.Flags().Var(newDurationValue(&since, 0), "since", "only attempts started within this duration, e.g. 30m, 24h, 1d or 2w (units ms, s, m, h, d, w; default: all)")
 	cmd.Flags().StringVar(&tool, "tool", "", "only attempts of this tool (TOOL or TOOL@VERSION)")
 	return cmd
 }

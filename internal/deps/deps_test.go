@@ -28,7 +28,7 @@ var policy = map[string][]string{
 	"lifecycle":                {"github.com/looplab/fsm"},
 	"capability":               {"internal/uuid"},
 	"tools":                    {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3", "golang.org/x/sys/unix"},
-	"txn":                      {"go.etcd.io/bbolt"},
+	"txn":                      {"go.etcd.io/bbolt", "github.com/jackc/pgx/v5"},
 	"audit":                    {},
 	"runtime":                  {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
 	"internal/uuid":            {},

@@ -1,0 +1,987 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The Postgres backend. One writer per database at a time, as with bbolt:
+// the writer holds a session advisory lock on its own connection, through
+// which every write goes, grouped like bbolt's (see pgStore.write). Reads go
+// through a pool and work while a writer runs.
+//
+// Schema (version 1), all keys bytea so that they sort bytewise as bbolt's:
+//
+//   - toolgate_meta: key -> value; "schema" is the schema version.
+//   - toolgate_executions: id -> executing (a claim), data (the record in
+//     the binary form of encode.go).
+//   - toolgate_state: (namespace, key) -> value.
+//   - toolgate_audit: seq of a group's first entry -> the group (the JSON
+//     array of its AuditEntry values, byte for byte as bbolt stores it).
+//   - toolgate_audit_head: one row (id 1): the last seq and its hash. Every
+//     write transaction locks it first, which serializes writes and audit
+//     appends across connections.
+
+// pgSchemaVersion is the newest schema this build knows.
+const pgSchemaVersion = 1
+
+// pgWriterLock is the advisory lock key a writer holds ("toolgate").
+const pgWriterLock int64 = 0x746f6f6c67617465
+
+// pgWriteTimeout bounds one group's transaction: a database that does not
+// answer fails the writes (and, the outcome being unknown, poisons the
+// Store) rather than hanging them.
+const pgWriteTimeout = 30 * time.Second
+
+// pgMigrateLock serializes schema creation and migration ("toolgatm").
+const pgMigrateLock int64 = 0x746f6f6c6761746d
+
+var pgSchema = []string{
+	`CREATE TABLE toolgate_executions (
+		id bytea PRIMARY KEY,
+		executing boolean NOT NULL,
+		data bytea NOT NULL)`,
+	`CREATE INDEX toolgate_executions_claims ON toolgate_executions (id) WHERE executing`,
+	`CREATE TABLE toolgate_state (
+		namespace bytea NOT NULL,
+		key bytea NOT NULL,
+		value bytea NOT NULL,
+		PRIMARY KEY (namespace, key))`,
+	`CREATE TABLE toolgate_audit (
+		seq bigint PRIMARY KEY CHECK (seq > 0),
+		entries bytea NOT NULL)`,
+	`CREATE TABLE toolgate_audit_head (
+		id int PRIMARY KEY CHECK (id = 1),
+		seq bigint NOT NULL,
+		hash bytea NOT NULL CHECK (length(hash) = 32))`,
+	`INSERT INTO toolgate_audit_head (id, seq, hash) VALUES (1, 0, '\x0000000000000000000000000000000000000000000000000000000000000000')`,
+}
+
+// IsPostgresURL reports whether path, as given to [Open], names a Postgres
+// database (a postgres:// or postgresql:// URL) rather than a file.
+func IsPostgresURL(path string) bool { return isPostgresURL(path) }
+
+// ShownPath returns path as messages may show it: a Postgres URL with its
+// password hidden, a file path as it is.
+func ShownPath(path string) string {
+	if isPostgresURL(path) {
+		return redactURL(path)
+	}
+	return path
+}
+
+func isPostgresURL(path string) bool {
+	return strings.HasPrefix(path, "postgres://") || strings.HasPrefix(path, "postgresql://")
+}
+
+// redactURL returns the URL with its password hidden, for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+type pgStore struct {
+	s    *Store
+	pool *pgxpool.Pool
+
+	// The writer: one connection holding the writer lock, nil when read-only.
+	wconn *pgx.Conn
+
+	// The group committer's queue, guarded by s.wmu (as the bbolt one).
+	queue   []*pgReq
+	leading bool
+}
+
+// pgReq is one write waiting for the group committer: check may only
+// read; apply writes and returns the audit events to append.
+type pgReq struct {
+	check func(*pgTx) error
+	apply func(*pgTx) error
+	evs   []auditEvent
+	done  chan error
+	err   error
+}
+
+// pgTx is the transaction of a group of writes.
+type pgTx struct {
+	ctx context.Context
+	tx  pgx.Tx
+	evs []auditEvent // events an apply adds to its request's (Recover's)
+}
+
+// errPGAbort marks a database error inside a request: the transaction is
+// aborted, and the group is redone without the request.
+type errPGAbort struct{ err error }
+
+func (e *errPGAbort) Error() string { return e.err.Error() }
+func (e *errPGAbort) Unwrap() error { return e.err }
+
+func openPostgres(raw string, opts *Options) (*Store, error) {
+	shown := redactURL(raw)
+	cfg, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("txn: database URL %s: %v", shown, pgMessage(err))
+	}
+	timeout := opts.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnConfig.ConnectTimeout+timeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("txn: connect to %s: %v", shown, pgMessage(err))
+	}
+	s := &Store{path: shown, readOnly: opts.ReadOnly}
+	p := &pgStore{s: s, pool: pool}
+	s.be = p
+	fail := func(err error) (*Store, error) {
+		p.close()
+		return nil, err
+	}
+	if opts.ReadOnly {
+		if err := p.checkSchema(ctx, shown); err != nil {
+			return fail(err)
+		}
+		return s, nil
+	}
+	if err := p.migrate(ctx, shown); err != nil {
+		return fail(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return fail(fmt.Errorf("txn: connect to %s: %v", shown, pgMessage(err)))
+	}
+	p.wconn = conn
+	for deadline := time.Now().Add(timeout); ; {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgWriterLock).Scan(&got); err != nil {
+			return fail(fmt.Errorf("txn: %s: take the writer lock: %v", shown, pgMessage(err)))
+		}
+		if got {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("%w: %s (another toolgate writes to this database)", ErrLocked, shown))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if opts.NoSync {
+		if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+			return fail(fmt.Errorf("txn: %s: %v", shown, pgMessage(err)))
+		}
+	}
+	return s, nil
+}
+
+// pgMessage is a Postgres error in the user's terms.
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
+}
+
+// schemaVersion reads the schema version: 0 when there is no schema.
+func schemaVersion(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int64, error) {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('toolgate_meta') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int64
+	err := q.QueryRow(ctx, `SELECT value FROM toolgate_meta WHERE key = 'schema'`).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+func newerSchema(shown string, v int64) error {
+	return fmt.Errorf("%w: %s: the toolgate schema in this database is version %d, newer than this build's %d: upgrade toolgate", ErrIncompatible, shown, v, pgSchemaVersion)
+}
+
+func (p *pgStore) checkSchema(ctx context.Context, shown string) error {
+	v, err := schemaVersion(ctx, p.pool)
+	switch {
+	case err != nil:
+		return fmt.Errorf("txn: %s: read the schema version: %v", shown, pgMessage(err))
+	case v == 0:
+		return fmt.Errorf("%w: %s: no toolgate schema in this database (the first write, toolgate run or serve, creates it)", ErrIncompatible, shown)
+	case v > pgSchemaVersion:
+		return newerSchema(shown, v)
+	case v < pgSchemaVersion:
+		return fmt.Errorf("%w: %s: schema version %d, older than this build's %d: the first write (toolgate run, serve) upgrades it; read-only inspection does not", ErrIncompatible, shown, v, pgSchemaVersion)
+	}
+	return nil
+}
+
+// migrate creates the schema or upgrades it to pgSchemaVersion, in one
+// transaction, under a lock that keeps concurrent openers out.
+func (p *pgStore) migrate(ctx context.Context, shown string) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgMigrateLock); err != nil {
+			return err
+		}
+		v, err := schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case v > pgSchemaVersion:
+			return newerSchema(shown, v)
+		case v == pgSchemaVersion:
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS toolgate_meta (key text PRIMARY KEY, value bigint NOT NULL)`); err != nil {
+			return err
+		}
+		// v == 0: a new database. Later versions add their steps here,
+		// from v on.
+		for _, stmt := range pgSchema {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO toolgate_meta (key, value) VALUES ('schema', $1)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, int64(pgSchemaVersion))
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrIncompatible) {
+			return err
+		}
+		return fmt.Errorf("txn: %s: create or migrate the schema: %v", shown, pgMessage(err))
+	}
+	return nil
+}
+
+func (p *pgStore) close() error {
+	if p.wconn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.wconn.Close(ctx) // ends the session: the writer lock goes with it
+		cancel()
+	}
+	p.pool.Close()
+	return nil
+}
+
+// write queues a request and returns its outcome, nil once the transaction
+// holding it has committed. Like the bbolt writer: a writer that finds no
+// group in progress commits at once; those that arrive meanwhile are
+// committed together by the next one, in one transaction.
+func (p *pgStore) write(ctx context.Context, check, apply func(*pgTx) error, evs []auditEvent) error {
+	s := p.s
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	r := &pgReq{check: check, apply: apply, evs: evs, done: make(chan error, 1)}
+	s.wmu.Lock()
+	if s.closed.Load() {
+		s.wmu.Unlock()
+		return ErrClosed
+	}
+	s.writers.Add(1)
+	defer s.writers.Done()
+	p.queue = append(p.queue, r)
+	if p.leading {
+		s.wmu.Unlock()
+		if err := <-r.done; err != errLead {
+			return err
+		}
+		s.wmu.Lock()
+	}
+	p.leading = true
+	n := min(len(p.queue), maxBatch)
+	batch := p.queue[:n:n]
+	p.queue = p.queue[n:]
+	s.wmu.Unlock()
+
+	p.commitGroup(batch)
+
+	s.wmu.Lock()
+	if len(p.queue) > 0 {
+		p.queue[0].done <- errLead
+	} else {
+		p.leading = false
+		p.queue = nil
+	}
+	s.wmu.Unlock()
+	for _, q := range batch {
+		if q != r {
+			q.done <- q.err
+		}
+	}
+	return r.err
+}
+
+// commitGroup runs a group of requests in one transaction and sets each
+// one's err.
+func (p *pgStore) commitGroup(batch []*pgReq) {
+	s := p.s
+	if err := s.poisonedErr(); err != nil {
+		for _, r := range batch {
+			r.err = err
+		}
+		return
+	}
+	todo := slices.Clone(batch)
+	for len(todo) > 0 {
+		s.batches.Add(1)
+		failed, err := p.runGroup(todo)
+		switch {
+		case failed >= 0:
+			todo[failed].err = err
+			todo = slices.Delete(todo, failed, failed+1)
+		case err != nil:
+			perr := err
+			if p.wconn.IsClosed() {
+				perr = fmt.Errorf("the connection to Postgres was lost, and the writer lock with it: %w", err)
+			}
+			if p.wconn.IsClosed() || errors.Is(err, errCommitUnknown) {
+				// The session, and the writer lock with it, is gone, or
+				// the commit's outcome is not known: as an I/O error in
+				// bbolt, refuse further work until reopened.
+				perr = s.poison(perr)
+			}
+			for _, r := range todo {
+				r.err = perr
+			}
+			return
+		default:
+			return
+		}
+	}
+}
+
+var errCommitUnknown = errors.New("the outcome of the commit is unknown")
+
+// runGroup runs todo in one transaction. It returns the index of a request
+// that failed in a way that aborted the transaction (it must be taken out
+// and the rest redone), or -1 and the error of the transaction itself.
+func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
+	s := p.s
+	// Not the callers' contexts: a queued write completes, so its outcome
+	// is never unknown to its caller.
+	ctx, cancel := context.WithTimeout(context.Background(), pgWriteTimeout)
+	defer cancel()
+	defer func() {
+		if err != nil && failed < 0 && ctx.Err() != nil {
+			err = fmt.Errorf("%w (no answer from Postgres within %v)", err, pgWriteTimeout)
+		}
+	}()
+	tx, err := p.wconn.Begin(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("txn: %s: begin: %v", s.path, pgMessage(err))
+	}
+	defer tx.Rollback(ctx) // after Commit: a no-op
+	t := &pgTx{ctx: ctx, tx: tx}
+	var (
+		seq, last int64
+		link      []byte
+	)
+	// The head row lock: every write transaction takes it first. With it,
+	// the start of the last stored group: the next group must go after it,
+	// or a head set back would make the store write over entries (as
+	// checkAuditTail for bbolt).
+	err = tx.QueryRow(ctx, `SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
+		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`).Scan(&seq, &link, &last)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return -1, fmt.Errorf("%w: %s: the audit log's head is missing; it was tampered with (toolgate audit verify)", ErrCorrupt, s.path)
+	case err != nil:
+		return -1, fmt.Errorf("txn: %s: lock the audit log's head: %v", s.path, pgMessage(err))
+	case len(link) != 32:
+		return -1, fmt.Errorf("%w: audit head hash is %d bytes", ErrCorrupt, len(link))
+	case last > seq || seq < 0:
+		return -1, fmt.Errorf("%w: the audit log's head records %d entries but a group starts at entry %d; it was tampered with (toolgate audit verify)", ErrCorrupt, seq, last)
+	}
+	var pending []auditEvent
+	for i, r := range todo {
+		r.err = guarded(r.check, t)
+		var (
+			abort *errPGAbort
+			p     *panicError
+		)
+		if errors.As(r.err, &abort) || errors.As(r.err, &p) {
+			return i, r.err // the transaction may be mid-statement: redo without it
+		}
+		if r.err != nil {
+			continue
+		}
+		t.evs = nil
+		if err := guarded(r.apply, t); err != nil {
+			return i, err
+		}
+		pending = append(pending, r.evs...)
+		pending = append(pending, t.evs...)
+	}
+	if len(pending) > 0 {
+		if err := s.failpoint(StepAudit); err != nil {
+			return -1, err
+		}
+		group, last, lastLink := auditGroup(uint64(seq), [32]byte(link), pending)
+		if _, err := tx.Exec(ctx, `INSERT INTO toolgate_audit (seq, entries) VALUES ($1, $2)`, int64(seq+1), group); err != nil {
+			return -1, fmt.Errorf("txn: append audit events from %d: %v", seq+1, pgMessage(err))
+		}
+		if _, err := tx.Exec(ctx, `UPDATE toolgate_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(last), lastLink[:]); err != nil {
+			return -1, fmt.Errorf("txn: update the audit head: %v", pgMessage(err))
+		}
+	}
+	if err := s.failpoint(StepCommit); err != nil {
+		return -1, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if p.wconn.IsClosed() {
+			return -1, fmt.Errorf("txn: %s: %w: %v", s.path, errCommitUnknown, pgMessage(err))
+		}
+		return -1, fmt.Errorf("txn: %s: commit: %v", s.path, pgMessage(err))
+	}
+	return -1, nil
+}
+
+// guarded runs a request's check or apply, turning a panic (the caller's
+// callback: an UpdateState function, a guard, Recover's finish) into an
+// error, so that the request fails alone and the committer goes on.
+func guarded(fn func(*pgTx) error, t *pgTx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v}
+		}
+	}()
+	return fn(t)
+}
+
+// auditGroup encodes events as the JSON array of their entries, linked
+// after seq and link, exactly as Store.appendAudit does for bbolt.
+func auditGroup(seq uint64, link [32]byte, events []auditEvent) ([]byte, uint64, [32]byte) {
+	size := 2
+	for _, ev := range events {
+		size += len(ev.data) + len(`{"seq":,"prevHash":"","hash":"","event":},`) + 20 + 2*64
+	}
+	value := make([]byte, 0, size)
+	value = append(value, '[')
+	for i, ev := range events {
+		if i > 0 {
+			value = append(value, ',')
+		}
+		value = append(value, `{"seq":`...)
+		seq++
+		value = strconv.AppendUint(value, seq, 10)
+		value = append(value, `,"prevHash":"`...)
+		if seq > 1 {
+			value = hex.AppendEncode(value, link[:])
+		}
+		var buf [64]byte
+		copy(buf[:32], link[:])
+		copy(buf[32:], ev.sum[:])
+		link = sha256.Sum256(buf[:])
+		value = append(value, `","hash":"`...)
+		value = hex.AppendEncode(value, link[:])
+		value = append(value, `","event":`...)
+		value = append(value, ev.data...)
+		value = append(value, '}')
+	}
+	return append(value, ']'), seq, link
+}
+
+// dbErr marks an error from a statement: it aborts the transaction.
+func dbErr(what string, err error) error {
+	return &errPGAbort{fmt.Errorf("txn: %s: %v", what, pgMessage(err))}
+}
+
+// recordState returns whether id has a record and whether it is a claim.
+func (t *pgTx) recordState(id string) (exists, executing bool, err error) {
+	err = t.tx.QueryRow(t.ctx, `SELECT executing FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&executing)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, dbErr("read execution "+strconv.Quote(id), err)
+	}
+	return true, executing, nil
+}
+
+func (t *pgTx) recordAbsent(id string) error {
+	exists, _, err := t.recordState(id)
+	if err == nil && exists {
+		err = fmt.Errorf("%w: execution %q", ErrExists, id)
+	}
+	return err
+}
+
+func (t *pgTx) claimPresent(id string) error {
+	_, executing, err := t.recordState(id)
+	if err == nil && !executing {
+		err = fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)
+	}
+	return err
+}
+
+func (t *pgTx) exec(what, sql string, args ...any) error {
+	if _, err := t.tx.Exec(t.ctx, sql, args...); err != nil {
+		return dbErr(what, err)
+	}
+	return nil
+}
+
+func (t *pgTx) finish(id string, data []byte) error {
+	return t.exec("store execution "+strconv.Quote(id),
+		`UPDATE toolgate_executions SET executing = false, data = $2 WHERE id = $1`, []byte(id), data)
+}
+
+// get and scan make a pgTx the stateReader of a StateView.
+func (t *pgTx) get(namespace, key string) ([]byte, bool, error) {
+	return pgStateValue(t.ctx, t.tx, namespace, key)
+}
+
+func (t *pgTx) scan(namespace, prefix string, n int) ([]Entry, error) {
+	return pgStateScan(t.ctx, t.tx, namespace, prefix, n)
+}
+
+type pgQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
+func pgStateValue(ctx context.Context, q pgQuerier, namespace, key string) ([]byte, bool, error) {
+	var v []byte
+	err := q.QueryRow(ctx, `SELECT value FROM toolgate_state WHERE namespace = $1 AND key = $2`, []byte(namespace), []byte(key)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, dbErr("read state", err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+// prefixEnd returns the least key greater than every key starting with
+// prefix, or nil if there is none.
+func prefixEnd(prefix string) []byte {
+	end := []byte(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// pgStateScan returns the entries under prefix in key order, at most n
+// (n <= 0: all).
+func pgStateScan(ctx context.Context, q pgQuerier, namespace, prefix string, n int) ([]Entry, error) {
+	limit := int64(n)
+	if n <= 0 {
+		limit = -1
+	}
+	rows, err := q.Query(ctx, `SELECT key, value FROM toolgate_state
+		WHERE namespace = $1 AND key >= $2 AND ($3::bytea IS NULL OR key < $3)
+		ORDER BY key LIMIT CASE WHEN $4 < 0 THEN NULL ELSE $4 END`,
+		[]byte(namespace), []byte(prefix), prefixEnd(prefix), limit)
+	if err != nil {
+		return nil, dbErr("scan state", err)
+	}
+	return collectEntries(rows)
+}
+
+func collectEntries(rows pgx.Rows) ([]Entry, error) {
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, dbErr("read state", err)
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		out = append(out, Entry{Key: string(k), Value: v})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("read state", err)
+	}
+	return out, nil
+}
+
+// applyWrites applies a buffered write-set.
+func (t *pgTx) applyWrites(writes map[string]map[string]op, failpoint func(string) error) error {
+	for ns, ops := range writes {
+		for key, o := range ops {
+			if o.deleted {
+				if err := t.exec("delete state", `DELETE FROM toolgate_state WHERE namespace = $1 AND key = $2`, []byte(ns), []byte(key)); err != nil {
+					return err
+				}
+				continue
+			}
+			value := o.value
+			if value == nil {
+				value = []byte{}
+			}
+			if err := t.exec("put state", `INSERT INTO toolgate_state (namespace, key, value) VALUES ($1, $2, $3)
+				ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value`, []byte(ns), []byte(key), value); err != nil {
+				return err
+			}
+			if err := failpoint(StepApplyWrite); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkReads is Tx.checkReads against the transaction.
+func (t *pgTx) checkReads(x *Tx) error {
+	for ns, keys := range x.reads {
+		for key, saw := range keys {
+			now, found, err := t.get(ns, key)
+			if err != nil {
+				return err
+			}
+			if found == saw.deleted || found && !bytes.Equal(now, saw.value) {
+				return fmt.Errorf("%w: %s/%s changed since this transaction read it", ErrConflict, ns, key)
+			}
+		}
+	}
+	for k, d := range x.scans {
+		es, err := t.scan(k.namespace, k.prefix, 0)
+		if err != nil {
+			return err
+		}
+		if digest(es) != d {
+			return fmt.Errorf("%w: keys under %s/%q changed since this transaction scanned them", ErrConflict, k.namespace, k.prefix)
+		}
+	}
+	return nil
+}
+
+// ready checks that the store is open and healthy and ctx not done.
+func (p *pgStore) ready(ctx context.Context) error { return p.s.ready(ctx) }
+
+func (p *pgStore) put(ctx context.Context, id string, data []byte, evs []auditEvent) error {
+	return p.write(ctx, func(t *pgTx) error { return t.recordAbsent(id) }, func(t *pgTx) error {
+		return t.exec("store execution "+strconv.Quote(id),
+			`INSERT INTO toolgate_executions (id, executing, data) VALUES ($1, false, $2)`, []byte(id), data)
+	}, evs)
+}
+
+func (p *pgStore) getRecord(ctx context.Context, id string) ([]byte, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, err
+	}
+	var data []byte
+	err := p.pool.QueryRow(ctx, `SELECT data FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	return data, nil
+}
+
+// readErr is a read's error in the user's terms.
+func (p *pgStore) readErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if p.s.closed.Load() {
+		return ErrClosed
+	}
+	var abort *errPGAbort
+	if errors.As(err, &abort) {
+		return abort.err
+	}
+	return fmt.Errorf("txn: %s: %v", p.s.path, pgMessage(err))
+}
+
+func (p *pgStore) walk(ctx context.Context, after string, fn func(id string, data []byte) bool) error {
+	if err := p.ready(ctx); err != nil {
+		return err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT id, data FROM toolgate_executions WHERE id > $1 ORDER BY id`, []byte(after))
+	if err != nil {
+		return p.readErr(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return p.readErr(ctx, err)
+		}
+		if !fn(string(id), data) {
+			return nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return p.readErr(ctx, err)
+	}
+	return nil
+}
+
+func (p *pgStore) stateValue(ctx context.Context, namespace, key string) ([]byte, bool, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, false, err
+	}
+	v, found, err := pgStateValue(ctx, p.pool, namespace, key)
+	if err != nil {
+		return nil, false, p.readErr(ctx, err)
+	}
+	return v, found, nil
+}
+
+func (p *pgStore) statePage(ctx context.Context, namespace, after string, n int) ([]Entry, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	rows, err := p.pool.Query(ctx, `SELECT key, value FROM toolgate_state
+		WHERE namespace = $1 AND key > $2 ORDER BY key LIMIT $3`, []byte(namespace), []byte(after), int64(n))
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	es, err := collectEntries(rows)
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	return es, nil
+}
+
+func (p *pgStore) stateScan(ctx context.Context, namespace, prefix string) ([]Entry, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, err
+	}
+	es, err := pgStateScan(ctx, p.pool, namespace, prefix, 0)
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	return es, nil
+}
+
+func (p *pgStore) begin(ctx context.Context, id string, data []byte, guard func(*StateView) error, evs []auditEvent) error {
+	var v *StateView
+	return p.write(ctx, func(t *pgTx) error {
+		if err := t.recordAbsent(id); err != nil {
+			return err
+		}
+		if guard == nil {
+			v = nil
+			return nil
+		}
+		v = &StateView{alt: t, writes: make(map[string]map[string]op)}
+		return v.result(guard(v))
+	}, func(t *pgTx) error {
+		if err := p.s.failpoint(StepClaim); err != nil {
+			return err
+		}
+		if err := t.exec("claim execution "+strconv.Quote(id),
+			`INSERT INTO toolgate_executions (id, executing, data) VALUES ($1, true, $2)`, []byte(id), data); err != nil {
+			return err
+		}
+		if v != nil {
+			return t.applyWrites(v.writes, p.s.failpoint)
+		}
+		return nil
+	}, evs)
+}
+
+func (p *pgStore) commit(ctx context.Context, x *Tx, data []byte, evs []auditEvent) error {
+	s := p.s
+	return p.write(ctx, func(t *pgTx) error {
+		if err := s.failpoint(StepCheckReads); err != nil {
+			return err
+		}
+		if err := t.claimPresent(x.id); err != nil {
+			return err
+		}
+		return t.checkReads(x)
+	}, func(t *pgTx) error {
+		if err := t.applyWrites(x.writes, s.failpoint); err != nil {
+			return err
+		}
+		if err := s.failpoint(StepRecord); err != nil {
+			return err
+		}
+		return t.finish(x.id, data)
+	}, evs)
+}
+
+func (p *pgStore) rollback(ctx context.Context, id string, data []byte, evs []auditEvent) error {
+	return p.write(ctx, func(t *pgTx) error { return t.claimPresent(id) },
+		func(t *pgTx) error { return t.finish(id, data) }, evs)
+}
+
+func (p *pgStore) updateState(ctx context.Context, fn func(*StateView) error, evs []auditEvent) error {
+	var v *StateView
+	return p.write(ctx, func(t *pgTx) error {
+		v = &StateView{alt: t, writes: make(map[string]map[string]op)}
+		return v.result(fn(v))
+	}, func(t *pgTx) error {
+		return t.applyWrites(v.writes, p.s.failpoint)
+	}, evs)
+}
+
+func (p *pgStore) recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
+	var done []*Record
+	err := p.write(ctx, func(*pgTx) error { return nil }, func(t *pgTx) error {
+		done = done[:0]
+		rows, err := t.tx.Query(t.ctx, `SELECT id, data FROM toolgate_executions WHERE executing ORDER BY id`)
+		if err != nil {
+			return dbErr("read claims", err)
+		}
+		type claim struct{ id, data []byte }
+		var found []claim
+		for rows.Next() {
+			var c claim
+			if err := rows.Scan(&c.id, &c.data); err != nil {
+				rows.Close()
+				return dbErr("read claims", err)
+			}
+			found = append(found, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return dbErr("read claims", err)
+		}
+		for _, c := range found {
+			id := string(c.id)
+			rec, err := decodeRecord(id, c.data)
+			if err != nil {
+				return err
+			}
+			events, err := finish(rec)
+			if err != nil {
+				return fmt.Errorf("txn: recover execution %q: %w", id, err)
+			}
+			if rec.ExecutionID != id {
+				return fmt.Errorf("%w: recovery changed execution id %q to %q", ErrInvalidRecord, id, rec.ExecutionID)
+			}
+			out, err := encodeRecord(rec)
+			if err != nil {
+				return err
+			}
+			if err := t.finish(id, out); err != nil {
+				return err
+			}
+			evs, err := prepareAudit(events)
+			if err != nil {
+				return err
+			}
+			t.evs = append(t.evs, evs...)
+			done = append(done, rec)
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+func (p *pgStore) auditRaw(ctx context.Context, fn func(key, value []byte) error) error {
+	if err := p.ready(ctx); err != nil {
+		return err
+	}
+	// One statement: one snapshot of the groups and the head.
+	rows, err := p.pool.Query(ctx, `SELECT k, v FROM (
+			SELECT 0 AS o, int8send(seq) AS k, entries AS v FROM toolgate_audit
+			UNION ALL
+			SELECT 1, '\xff'::bytea, int8send(seq) || hash FROM toolgate_audit_head WHERE seq > 0
+		) AS log ORDER BY o, k`)
+	if err != nil {
+		return p.readErr(ctx, err)
+	}
+	defer rows.Close()
+	for n := 1; rows.Next(); n++ {
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return p.readErr(ctx, err)
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return p.readErr(ctx, err)
+	}
+	return nil
+}
+
+func (p *pgStore) auditHead(ctx context.Context) (uint64, error) {
+	if err := p.ready(ctx); err != nil {
+		return 0, err
+	}
+	var seq int64
+	err := p.pool.QueryRow(ctx, `SELECT seq FROM toolgate_audit_head WHERE id = 1`).Scan(&seq)
+	if err != nil {
+		return 0, p.readErr(ctx, err)
+	}
+	return uint64(seq), nil
+}
+
+func (p *pgStore) auditGroups(ctx context.Context, from uint64, needle []byte, fn func(seq uint64, group []byte) (bool, error)) error {
+	if err := p.ready(ctx); err != nil {
+		return err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT seq, entries FROM toolgate_audit
+		WHERE seq >= coalesce((SELECT max(seq) FROM toolgate_audit WHERE seq <= $1), 0)
+		AND ($2::bytea IS NULL OR position($2::bytea IN entries) > 0)
+		ORDER BY seq`, int64(min(from, 1<<63-1)), needle)
+	if err != nil {
+		return p.readErr(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var group []byte
+		if err := rows.Scan(&seq, &group); err != nil {
+			return p.readErr(ctx, err)
+		}
+		more, err := fn(uint64(seq), group)
+		if err != nil || !more {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return p.readErr(ctx, err)
+	}
+	return nil
+}

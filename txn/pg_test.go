@@ -1,0 +1,199 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+// Tests about the Postgres backend alone: its schema and its writer lock.
+
+func pgExec(t *testing.T, dbURL, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestPostgresNewerSchemaRefused(t *testing.T) {
+	dbURL := freshPostgres(t)
+	s, err := txn.Open(dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopening migrates nothing and keeps the data.
+	s = openAt(t, dbURL)
+	if err := s.PutState(context.Background(), "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s = openAt(t, dbURL)
+	if v, _, err := s.StateValue(context.Background(), "ns", "k"); err != nil || string(v) != "v" {
+		t.Fatalf("after reopening: %q, %v", v, err)
+	}
+	_ = s.Close()
+
+	pgExec(t, dbURL, `UPDATE toolgate_meta SET value = 99 WHERE key = 'schema'`)
+	for _, ro := range []bool{false, true} {
+		_, err := txn.Open(dbURL, &txn.Options{ReadOnly: ro})
+		if !errors.Is(err, txn.ErrIncompatible) || !strings.Contains(err.Error(), "version 99, newer than this build's") {
+			t.Fatalf("Open (read-only %v) of a newer schema = %v, want ErrIncompatible saying so", ro, err)
+		}
+	}
+}
+
+func TestPostgresReadOnlyNeedsSchema(t *testing.T) {
+	dbURL := freshPostgres(t)
+	_, err := txn.Open(dbURL, &txn.Options{ReadOnly: true})
+	if !errors.Is(err, txn.ErrIncompatible) || !strings.Contains(err.Error(), "no toolgate schema") {
+		t.Fatalf("read-only Open of an empty database = %v", err)
+	}
+	pgExec(t, dbURL, `SELECT 1`) // the database is still there, untouched
+}
+
+func TestPostgresOneWriterReadersAlongside(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	w := openAt(t, dbURL)
+	if err := w.Put(ctx, newRecord("r1", "tool", "DENIED"), ev("deny")); err != nil {
+		t.Fatal(err)
+	}
+	// A second writer waits for the lock, then gives up with ErrLocked.
+	_, err := txn.Open(dbURL, &txn.Options{Timeout: 100 * time.Millisecond})
+	if !errors.Is(err, txn.ErrLocked) {
+		t.Fatalf("second writer Open = %v, want ErrLocked", err)
+	}
+	// Readers work while the writer runs, and cannot write.
+	r, err := txn.Open(dbURL, &txn.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if rec, err := r.Get(ctx, "r1"); err != nil || rec.State != "DENIED" {
+		t.Fatalf("reader Get = %v, %v", rec, err)
+	}
+	verifyChain(t, r, 1)
+	if err := r.PutState(ctx, "ns", "k", nil); !errors.Is(err, txn.ErrReadOnly) {
+		t.Fatalf("reader PutState = %v, want ErrReadOnly", err)
+	}
+	// Once the writer closes, another may open.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2 := openAt(t, dbURL)
+	if err := w2.PutState(ctx, "ns", "k", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPostgresPasswordNotShown(t *testing.T) {
+	base := freshPostgres(t)
+	u, _ := url.Parse(base)
+	u.User = url.UserPassword(u.User.Username(), "s3cret-pw")
+	s, err := txn.Open(u.String(), nil)
+	if err != nil {
+		// trust authentication ignores the password; other setups may refuse it
+		if strings.Contains(err.Error(), "s3cret-pw") {
+			t.Fatalf("an error shows the password: %v", err)
+		}
+		t.Skipf("the server refused the made-up password: %v", err)
+	}
+	defer s.Close()
+	if strings.Contains(s.Path(), "s3cret-pw") {
+		t.Fatalf("Path() shows the password: %s", s.Path())
+	}
+	if !txn.IsPostgresURL(u.String()) || txn.IsPostgresURL("/var/lib/toolgate.db") {
+		t.Fatal("IsPostgresURL is wrong")
+	}
+	if shown := txn.ShownPath(u.String()); strings.Contains(shown, "s3cret-pw") || !strings.HasPrefix(shown, "postgres://") {
+		t.Fatalf("ShownPath = %s", shown)
+	}
+	u.Host = "127.0.0.1:1" // nothing listens there
+	u.RawQuery = "connect_timeout=2"
+	_, err = txn.Open(u.String(), nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("Open of an unreachable server = %v", err)
+	}
+}
+
+func TestPostgresWriterConnectionLost(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	if err := s.PutState(ctx, "ns", "k", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	// Postgres ends every session of the store (a restart, an operator).
+	pgExec(t, dbURL, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	err := s.PutState(ctx, "ns", "k", []byte("2"))
+	if !errors.Is(err, txn.ErrPoisoned) || !strings.Contains(err.Error(), "connection to Postgres was lost") {
+		t.Fatalf("a write after the connection was lost = %v, want ErrPoisoned saying so", err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("3")); !errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("a later write = %v, want ErrPoisoned", err)
+	}
+	if !errors.Is(s.Err(), txn.ErrPoisoned) {
+		t.Fatalf("Err = %v", s.Err())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopening recovers, with nothing half-written.
+	s = openAt(t, dbURL)
+	if v, _, err := s.StateValue(ctx, "ns", "k"); err != nil || string(v) != "1" {
+		t.Fatalf("after reopening: %q, %v", v, err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("4")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A head set back (or deleted) must not make the store write over stored
+// entries: writes fail with ErrCorrupt and write nothing.
+func TestPostgresTamperedHeadRefused(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	for i := range 3 {
+		if err := s.PutState(ctx, "ns", "k", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte{byte(i)}) }, ev("e"), ev("f")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tamper := range []string{
+		`UPDATE toolgate_audit_head SET seq = 3`,
+		`DELETE FROM toolgate_audit_head`,
+	} {
+		pgExec(t, dbURL, tamper)
+		err := s.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte("x")) }, ev("g"))
+		if !errors.Is(err, txn.ErrCorrupt) || !strings.Contains(err.Error(), "tampered") {
+			t.Fatalf("after %q: write = %v, want ErrCorrupt", tamper, err)
+		}
+		if v, _, _ := s.StateValue(ctx, "ns", "k"); string(v) != "\x02" {
+			t.Fatalf("after %q: a refused write wrote %q", tamper, v)
+		}
+	}
+	log, err := s.AuditLog(ctx, 0, 0)
+	if err != nil || len(log) != 6 {
+		t.Fatalf("the log has %d entries, %v; want the 6 written", len(log), err)
+	}
+}
