@@ -172,7 +172,10 @@ func compareExecution(key string, rec *txn.Record, evs []audit.Event) []Discrepa
 			bad("endedAt", "the record ended at %s, the audit log at %s",
 				rec.EndedAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(end.Timestamp).UTC().Format(time.RFC3339Nano))
 		}
-		if end.Duration != nil && rec.EndedAt.Sub(rec.StartedAt).Milliseconds() != *end.Duration {
+		// The event's duration was measured on the monotonic clock, the
+		// stored times are wall clock: they may differ by a slew, never by
+		// a second.
+		if d := rec.EndedAt.Sub(rec.StartedAt).Milliseconds(); end.Duration != nil && (d-*end.Duration > 1000 || *end.Duration-d > 1000) {
 			bad("startedAt", "the record's duration is %v, the audit log's %v",
 				rec.EndedAt.Sub(rec.StartedAt).Round(time.Millisecond), time.Duration(*end.Duration)*time.Millisecond)
 		}
