@@ -515,14 +515,7 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 		}
 		return emit(compareExecution(id, rec, evs))
 	}
-	for from := uint64(1); ; {
-		page, err := store.AuditLog(ctx, from, verifyPage)
-		if err != nil {
-			return rep, err
-		}
-		if len(page) == 0 {
-			break
-		}
+	err := auditPages(ctx, store, func(page []txn.AuditEntry) (bool, error) {
 		var closed []string
 		for _, e := range page {
 			rep.Events++
@@ -552,10 +545,13 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 			}
 			delete(open, id)
 			if err := check(id, evs); err != nil {
-				return rep, err
+				return false, err
 			}
 		}
-		from = page[len(page)-1].Seq + 1
+		return true, nil
+	})
+	if err != nil {
+		return rep, err
 	}
 	// Attempts still in flight: their claims.
 	ids := make([]string, 0, len(open))
@@ -574,7 +570,7 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 	// do not name is one of them), and records that do not decode.
 	total := 0
 	var misfiled []Discrepancy
-	err := store.WalkRecords(ctx, "", func(key string, rec *txn.Record, err error) bool {
+	err = store.WalkRecords(ctx, "", func(key string, rec *txn.Record, err error) bool {
 		total++
 		switch {
 		case err != nil:
@@ -629,6 +625,23 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 	return rep, nil
 }
 
+// auditPages reads the whole audit log, verifyPage entries at a time, each
+// page in its own read, and passes each page to fn until fn returns false
+// or an error: the walk of every check here, in bounded memory, and never
+// inside a read transaction the checks' own reads would nest in.
+func auditPages(ctx context.Context, store *txn.Store, fn func([]txn.AuditEntry) (bool, error)) error {
+	for from := uint64(1); ; {
+		page, err := store.AuditLog(ctx, from, verifyPage)
+		if err != nil || len(page) == 0 {
+			return err
+		}
+		if more, err := fn(page); err != nil || !more {
+			return err
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+}
+
 // unmatchedChunk bounds how many record ids unmatchedRecords holds at once.
 const unmatchedChunk = 1 << 16
 
@@ -652,14 +665,7 @@ func unmatchedRecords(ctx context.Context, store *txn.Store, emit func([]Discrep
 		if last == "" {
 			return nil
 		}
-		for from := uint64(1); len(chunk) > 0; {
-			page, err := store.AuditLog(ctx, from, verifyPage)
-			if err != nil {
-				return err
-			}
-			if len(page) == 0 {
-				break
-			}
+		err = auditPages(ctx, store, func(page []txn.AuditEntry) (bool, error) {
 			for _, e := range page {
 				var ev struct {
 					ExecutionID string `json:"executionId"`
@@ -668,7 +674,10 @@ func unmatchedRecords(ctx context.Context, store *txn.Store, emit func([]Discrep
 					delete(chunk, ev.ExecutionID)
 				}
 			}
-			from = page[len(page)-1].Seq + 1
+			return len(chunk) > 0, nil
+		})
+		if err != nil {
+			return err
 		}
 		ids := make([]string, 0, len(chunk))
 		for id := range chunk {
@@ -762,15 +771,8 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 		}
 		seen := map[*want]map[string]bool{}
 		bad := map[*want]string{}
-		for from := uint64(1); len(byExec) > 0; {
-			entries, err := store.AuditLog(ctx, from, verifyPage)
-			if err != nil {
-				return err
-			}
-			if len(entries) == 0 {
-				break
-			}
-			for _, e := range entries {
+		err = auditPages(ctx, store, func(page []txn.AuditEntry) (bool, error) {
+			for _, e := range page {
 				var ev audit.Event
 				if json.Unmarshal(e.Event, &ev) != nil || ev.Intent != nil {
 					continue
@@ -790,7 +792,10 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 					}
 				}
 			}
-			from = entries[len(entries)-1].Seq + 1
+			return len(byExec) > 0, nil
+		})
+		if err != nil {
+			return err
 		}
 		for _, w := range keys {
 			detail, ok := bad[w]
