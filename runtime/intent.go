@@ -175,7 +175,21 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 	if err != nil {
 		return nil, &StateError{Op: "record", Err: err}
 	}
-	return r.Intent(ctx, rec.ID)
+	in, err := r.Intent(ctx, rec.ID)
+	if err == nil && r.opts.OnPropose != nil {
+		r.proposed(in)
+	}
+	return in, err
+}
+
+// proposed calls Options.OnPropose with a copy of in; a panic in it does
+// not fail the proposal, which is committed.
+func (r *Runtime) proposed(in *Intent) {
+	c := *in
+	c.Input = append(json.RawMessage(nil), in.Input...)
+	c.Refusals = nil // a new intent has no history
+	defer func() { recover() }()
+	r.opts.OnPropose(&c)
 }
 
 // Approve records approver's approval of a pending intent. Rejected,
