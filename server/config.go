@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -26,11 +29,16 @@ import (
 //	                 "perTool":      {"perSecond": 200, "burst": 400}},
 //	  "maxConcurrent": 64,
 //	  "maxBodyBytes": 5242880,
-//	  "idempotencyTTL": "24h"
+//	  "idempotencyTTL": "24h",
+//	  "notify": {"baseURL": "https://toolgate.example.com",
+//	             "webhook": {"url": "https://hooks.example.com/T0/B0",
+//	                         "headers": {"Authorization": "TOOLGATE_WEBHOOK_AUTH"}}}
 //	}
 //
 // Tokens are stored as their SHA-256, never in clear: `toolgate serve
-// --hash-token` prints the hash of a token read from stdin.
+// --hash-token` prints the hash of a token read from stdin. A webhook's
+// headers name environment variables, never their values: a secret stays
+// out of the file.
 type Config struct {
 	Tokens        []TokenConfig `json:"tokens"`
 	RateLimits    RateLimits    `json:"rateLimits"`
@@ -45,6 +53,77 @@ type Config struct {
 	// fixed when a key is first used: a key written under another TTL keeps
 	// its own expiry.
 	IdempotencyTTL Duration `json:"idempotencyTTL"`
+	// Notify says whom to tell when an intent waits for approval.
+	Notify NotifyConfig `json:"notify"`
+}
+
+// NotifyConfig is where new pending intents are announced.
+type NotifyConfig struct {
+	// BaseURL is the address people reach toolgate serve at (through a
+	// reverse proxy, say), for the links in notifications; "" means
+	// http://ADDR of the listener.
+	BaseURL string `json:"baseURL"`
+	// Webhook, if set, receives one POST per new pending intent.
+	Webhook *WebhookConfig `json:"webhook"`
+}
+
+// WebhookConfig is an HTTP endpoint that receives a JSON POST per new
+// pending intent (a chat tool's incoming webhook, say).
+type WebhookConfig struct {
+	URL string `json:"url"` // http or https
+	// Headers maps a header name to the name of the environment variable
+	// that holds its value (a secret, such as an Authorization header).
+	Headers map[string]string `json:"headers"`
+}
+
+var (
+	envNameRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	headerNameRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+)
+
+func (n *NotifyConfig) check() error {
+	if n.BaseURL != "" {
+		u, err := url.Parse(n.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("notify.baseURL: %q is not an http or https URL", n.BaseURL)
+		}
+	}
+	w := n.Webhook
+	if w == nil {
+		return nil
+	}
+	u, err := url.Parse(w.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("notify.webhook.url: %q is not an http or https URL", w.URL)
+	}
+	for h, env := range w.Headers {
+		if !headerNameRE.MatchString(h) {
+			return fmt.Errorf("notify.webhook.headers: %q is not a header name", h)
+		}
+		if !envNameRE.MatchString(env) {
+			return fmt.Errorf("notify.webhook.headers.%s: %q is not the name of an environment variable (the file names the variable that holds the value, never the value)", h, env)
+		}
+	}
+	return nil
+}
+
+// ResolveHeaders reads the webhook's header values from the environment
+// (getenv is os.LookupEnv in toolgate serve). A variable that is not set,
+// or is empty, is an error: a webhook is never called without the
+// credentials it was configured with.
+func (w *WebhookConfig) ResolveHeaders(getenv func(string) (string, bool)) (http.Header, error) {
+	h := http.Header{}
+	for name, env := range w.Headers {
+		v, ok := getenv(env)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("notify.webhook.headers.%s: the environment variable %s is not set", name, env)
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("notify.webhook.headers.%s: the environment variable %s holds a line break", name, env)
+		}
+		h.Set(name, v)
+	}
+	return h, nil
 }
 
 // TokenConfig maps one bearer token to a principal.
@@ -134,7 +213,7 @@ func (c *Config) check() error {
 	if c.MaxConcurrent < 0 || c.MaxBodyBytes < 0 {
 		return errors.New("maxConcurrent and maxBodyBytes must not be negative")
 	}
-	return nil
+	return c.Notify.check()
 }
 
 func (c *Config) fill() {
@@ -172,6 +251,11 @@ func HashToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
 }
+
+// Authenticate returns the configured token that token is, comparing its
+// hash with every configured one in constant time: the web UI's login
+// checks a token as the API does.
+func (c *Config) Authenticate(token string) (TokenConfig, bool) { return c.authenticate(token) }
 
 // authenticate finds the principal of a bearer token, comparing its hash
 // with every configured one in constant time (no early exit).

@@ -79,6 +79,11 @@ type Options struct {
 	// answered (level Info, message "request"): method, path, principal,
 	// status, executionId, duration. nil means no request log.
 	RequestLog *slog.Logger
+	// Handlers are served beside the API, each under its path prefix
+	// (ending in "/", such as "/ui/"; the prefix without its slash too),
+	// ahead of the API's routes and path rules: toolgate serve mounts its
+	// web UI there.
+	Handlers map[string]http.Handler
 }
 
 // New returns a server for rt with cfg (copied; defaults filled).
@@ -156,6 +161,18 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 		h = requestLog(opts.RequestLog, h) // outside recoverer: a panic's 500 is logged too
 	}
 	s.handler = otelhttp.NewHandler(h, "toolgate", hopts...)
+	if opts != nil && len(opts.Handlers) > 0 {
+		api, mounts := s.handler, opts.Handlers
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for prefix, h := range mounts {
+				if strings.HasPrefix(r.URL.Path, prefix) || r.URL.Path == strings.TrimSuffix(prefix, "/") {
+					h.ServeHTTP(w, r)
+					return
+				}
+			}
+			api.ServeHTTP(w, r)
+		})
+	}
 	return s, nil
 }
 
