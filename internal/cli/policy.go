@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/explain"
 )
 
 const policyHelp = `Policy: --policy FILE (or $TOOLGATE_POLICY) grants capabilities to
@@ -66,61 +64,12 @@ func newPolicyCmd(g *globals, stdio Stdio) *cobra.Command {
 	return cmd
 }
 
-// placeView is where a filesystem capability the handles would expose
-// leads, resolved now (see capability.Resolve).
-type placeView struct {
-	Capability string `json:"capability"` // as granted, e.g. "filesystem.read:/srv/link"
-	Place      string `json:"place"`      // the absolute, link-free path the handle opens
-	Kind       string `json:"kind"`       // what is there now: directory, file, missing, symlink (refused), other
-}
-
-// placesOf describes the places of the filesystem capabilities in cs.
-func placesOf(cs []capability.Capability) []placeView {
-	out := []placeView{}
-	for _, c := range cs {
-		if !c.IsFilesystem() {
-			continue
-		}
-		p := c.PlaceOf()
-		if p == "" {
-			p = "/" // an unscoped grant: anything, from the root
-		}
-		if abs, err := filepath.Abs(p); err == nil {
-			p = abs
-		}
-		kind := "other"
-		switch fi, err := os.Lstat(p); {
-		case errors.Is(err, fs.ErrNotExist):
-			kind = "missing"
-		case err != nil:
-			kind = "unreadable: " + err.Error()
-		case fi.Mode()&fs.ModeSymlink != 0:
-			kind = "symlink (refused: it changed since it was resolved)"
-		case fi.IsDir():
-			kind = "directory"
-		case fi.Mode().IsRegular():
-			kind = "file"
-		}
-		out = append(out, placeView{Capability: c.String(), Place: p, Kind: kind})
-	}
-	return out
-}
-
-// decisionView is the JSON form of an explained decision.
-type decisionView struct {
-	Allowed        bool        `json:"allowed"`
-	DecisionID     string      `json:"decisionId"`
-	Principal      string      `json:"principal"`
-	Tool           string      `json:"tool"`
-	Required       []string    `json:"required"`
-	Granted        []string    `json:"granted"`
-	Missing        []string    `json:"missing"`
-	Effective      []string    `json:"effective"`
-	Places         []placeView `json:"places"`
-	PolicyRevision string      `json:"policyRevision"`
-	Reason         string      `json:"reason,omitempty"`
-	At             time.Time   `json:"at"`
-}
+// placeView and decisionView are the explained decision (package
+// explain, shared with the web UI's intent page).
+type (
+	placeView    = explain.Place
+	decisionView = explain.Decision
+)
 
 func newPolicyCheckCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
@@ -164,26 +113,15 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 			if who == "" {
 				who = principal()
 			}
-			decl := e.Declaration()
-			d := policy.Decide(who, decl.Key(), decl.RequiredCapabilities, extra, time.Now())
-			v := decisionView{
-				Allowed: d.Allowed(), DecisionID: d.ID, Principal: d.Principal, Tool: d.Tool,
-				Required: capability.Strings(d.Required), Granted: capability.Strings(d.Granted),
-				Missing: capability.Strings(d.Missing), PolicyRevision: d.PolicyRevision, Reason: d.Reason, At: d.At,
-				Effective: []string{}, Places: []placeView{},
-			}
-			if d.Allowed() {
-				v.Effective = capability.Strings(d.Effective())
-				v.Places = placesOf(d.Effective())
-			}
+			v := explain.Explain(policy, who, e.Declaration(), extra, time.Now())
 			if g.json {
 				if err := encodeJSON(stdio, v); err != nil {
 					return internalErr(err)
 				}
 			} else {
-				printDecision(stdio, v, policy.Grants(who), extra)
+				printDecision(stdio, v)
 			}
-			if !d.Allowed() {
+			if !v.Allowed {
 				return &exitError{code: ExitDenied}
 			}
 			return nil
@@ -194,7 +132,7 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 	return cmd
 }
 
-func printDecision(stdio Stdio, v decisionView, held, extra []capability.Capability) {
+func printDecision(stdio Stdio, v decisionView) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	if v.Allowed {
 		fmt.Fprintf(stdio.Out, "ALLOWED: %s may run %s\n", v.Principal, v.Tool)
@@ -208,20 +146,12 @@ func printDecision(stdio Stdio, v decisionView, held, extra []capability.Capabil
 	if len(v.Required) == 0 {
 		fmt.Fprintln(w, "requires\tnothing")
 	}
-	grants := append(append([]capability.Capability{}, held...), extra...)
-	for _, r := range v.Required {
-		req := capability.MustParse(r)
-		var by []string
-		for _, gr := range grants {
-			if v.Reason == "" && gr.Covers(req) {
-				by = append(by, gr.String())
-			}
-		}
-		if len(by) == 0 {
-			fmt.Fprintf(w, "requires %s\tMISSING\n", r)
+	for _, r := range v.Requirements {
+		if len(r.MetBy) == 0 {
+			fmt.Fprintf(w, "requires %s\tMISSING\n", r.Capability)
 			continue
 		}
-		fmt.Fprintf(w, "requires %s\tmet by %s\n", r, strings.Join(by, ", "))
+		fmt.Fprintf(w, "requires %s\tmet by %s\n", r.Capability, strings.Join(r.MetBy, ", "))
 	}
 	if v.Allowed {
 		eff := strings.Join(v.Effective, ", ")
