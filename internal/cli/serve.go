@@ -1,16 +1,22 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/audit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/webui"
 )
 
 func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -19,6 +25,10 @@ func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
 		remote       bool
 		hashToken    bool
 		noRequestLog bool
+		noUI         bool
+		jaegerURL    string
+		cpFile       string
+		cpKey        string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -47,6 +57,20 @@ problem documents, the requests net/http refuses itself included.
 
 The config file also sets "idempotencyTTL" (default "24h"): how long an
 Idempotency-Key holds its call's result.
+
+The web UI is served under /ui/ (--no-ui turns it off): log in with a token
+of the config file; approvers see the pending intents as they arrive and
+approve or reject them, and everyone their executions; approvers see the
+audit log's verification (against --audit-checkpoint, if given). Trace ids
+link to Jaeger with --jaeger-url. The session cookie is Secure when the
+request came over TLS (X-Forwarded-Proto: https from a reverse proxy): put
+a TLS-terminating proxy in front to reach it beyond this machine.
+
+With "notify": {"webhook": {"url": ..., "headers": {"Name": "ENV_VAR"}}} in
+the config file, each new pending intent is POSTed as JSON (id, tool,
+version, proposer, preview, link, text) in the background, retried with
+backoff; "notify.baseURL" is the address the links use (default the
+listener's).
 
 SIGINT or SIGTERM: stop accepting, let running invocations finish within the
 grace period, abort the rest (recorded ABORTED, ROLLED_BACK), close the store.
@@ -100,14 +124,59 @@ the config file stores for it.`,
 			opts := &tgruntime.Options{Policy: policy}
 			cfg.ApplyTo(opts) // the idempotency TTL
 			tel.configure(opts)
+			logger := slog.New(slog.NewTextHandler(stdio.Err, nil))
+			if cpFile != "" { // a checkpoint that cannot be read: the server does not start
+				if _, err := openCheckpoint(cpFile, cpKey); err != nil {
+					return err
+				}
+			}
+			// The webhook's notifier exists once the runtime does (it words
+			// previews with its registry); nothing is proposed before.
+			var notifier atomic.Pointer[webui.Notifier]
+			opts.OnPropose = func(in *tgruntime.Intent) {
+				if n := notifier.Load(); n != nil {
+					n.Notify(in)
+				}
+			}
 			rt, err := g.open(opts)
 			if err != nil {
 				return err
 			}
-			logger := slog.New(slog.NewTextHandler(stdio.Err, nil))
+			base := cfg.Notify.BaseURL
+			if base == "" {
+				base = "http://" + l.Addr().String()
+			}
+			if wh := cfg.Notify.Webhook; wh != nil {
+				n, err := webui.NewNotifier(wh, base, os.LookupEnv, rt.Registry(), &webui.NotifierOptions{Logger: logger})
+				if err != nil {
+					rt.Close(cmd.Context())
+					return usageErr("%v", err)
+				}
+				defer n.Close(context.Background())
+				notifier.Store(n)
+			}
 			sopts := &server.Options{TracerProvider: opts.TracerProvider, MeterProvider: opts.MeterProvider, Logger: logger}
 			if !noRequestLog {
 				sopts.RequestLog = logger
+			}
+			if !noUI {
+				uopts := &webui.Options{JaegerURL: jaegerURL, Logger: logger}
+				if cpFile != "" {
+					uopts.Checkpoint = func() (*audit.Checkpoint, error) {
+						cp, err := openCheckpoint(cpFile, cpKey) // read again: a newer checkpoint may have replaced it
+						var ee *exitError
+						if errors.As(err, &ee) && ee.err != nil {
+							err = ee.err
+						}
+						return &cp, err
+					}
+				}
+				ui, err := webui.New(rt, cfg, uopts)
+				if err != nil {
+					rt.Close(cmd.Context())
+					return usageErr("%v", err)
+				}
+				sopts.Handlers = map[string]http.Handler{"/ui/": ui}
 			}
 			srv, err := server.New(rt, cfg, sopts)
 			if err != nil {
@@ -115,6 +184,9 @@ the config file stores for it.`,
 				return usageErr("%v", err)
 			}
 			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
+			if !noUI {
+				fmt.Fprintf(stdio.Err, "toolgate: web UI on http://%s/ui/\n", l.Addr())
+			}
 			if err := srv.Serve(cmd.Context(), l); err != nil && !errors.Is(err, net.ErrClosed) {
 				return internalErr(err)
 			}
@@ -126,6 +198,10 @@ the config file stores for it.`,
 	cmd.Flags().StringVar(&config, "config", "", "server config file: tokens, rate limits, limits")
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "allow a listen address beyond loopback")
 	cmd.Flags().BoolVar(&noRequestLog, "no-request-log", false, "write no request log (one line per request on stderr: method, path, principal, status, executionId, duration)")
+	cmd.Flags().BoolVar(&noUI, "no-ui", false, "serve no web UI under /ui/")
+	cmd.Flags().StringVar(&jaegerURL, "jaeger-url", "", "a Jaeger UI's address (http://localhost:16686): the web UI links trace ids to it")
+	cmd.Flags().StringVar(&cpFile, "audit-checkpoint", "", "a checkpoint file (from 'toolgate audit checkpoint') the web UI's audit page checks the log against; read on each view")
+	cmd.Flags().StringVar(&cpKey, "audit-key", "", "the key that signed --audit-checkpoint (as 'toolgate audit verify --key')")
 	cmd.Flags().BoolVar(&hashToken, "hash-token", false, "print the SHA-256 of a token read from stdin, for the config file")
 	return cmd
 }

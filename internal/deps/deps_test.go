@@ -20,8 +20,8 @@ const module = "github.com/toolgate/toolgate"
 // The shape (docs/architecture.md, "Packages"): leaf packages never import each other except
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
-// its engines (internal/bench for the bench command, server for
-// serve) and the MCP front end (mcp, the only importer of the MCP SDK
+// its engines (internal/bench for the bench command, server and its web
+// UI, webui, for serve) and the MCP front end (mcp, the only importer of the MCP SDK
 // besides the CLI); only the CLI may use the OTel SDK; the client package
 // imports nothing of the module.
 var policy = map[string][]string{
@@ -37,11 +37,13 @@ var policy = map[string][]string{
 	"internal/docscheck":       {},
 	"internal/testchild":       {},
 	"internal/testchild/child": {},
+	"internal/explain":         {"capability", "tools"},
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
 	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
 	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
-	"internal/cli":             {"server", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"webui":                    {"runtime", "server", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit"},
+	"internal/cli":             {"server", "webui", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
 
@@ -149,7 +151,7 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 		}
 	}
 	for pkg, deps := range policy {
-		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && !strings.HasPrefix(pkg, "cmd/") {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && pkg != "webui" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
 	}

@@ -1,0 +1,569 @@
+package webui
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/explain"
+	"github.com/toolgate/toolgate/lifecycle"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// page is what every template gets.
+type page struct {
+	Title     string
+	Nav       string // the current section: intents, executions, audit
+	Principal string
+	Approver  bool
+	CSRF      string
+	Error     string
+	Notice    string
+	Data      any
+}
+
+var pageNames = []string{"login", "error", "intents", "intent", "executions", "execution", "audit"}
+
+func (u *UI) parse() error {
+	funcs := template.FuncMap{
+		"ts":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+		"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"ago": func(t time.Time) string { return ago(u.opts.Now().Sub(t)) },
+		"dur": duration,
+	}
+	u.pages = map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return fmt.Errorf("webui: template %s: %w", name, err)
+		}
+		u.pages[name] = t
+	}
+	return nil
+}
+
+// render writes the page name with data; x is the session (nil: none).
+func (u *UI) render(w http.ResponseWriter, r *http.Request, x *session, status int, name string, data any) {
+	p := page{Nav: name, Data: data}
+	if x != nil {
+		p.Principal, p.Approver, p.CSRF = x.who.Principal, x.who.Approver, x.csrf
+	}
+	if m, ok := data.(map[string]any); ok {
+		p.Error, _ = m["Error"].(string)
+		p.Notice, _ = m["Notice"].(string)
+		p.Title, _ = m["Title"].(string)
+	}
+	var b bytes.Buffer
+	if err := u.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		u.log.Error("ui: rendering a page", "page", name, "error", err)
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// fail answers an error page.
+func (u *UI) fail(w http.ResponseWriter, r *http.Request, x *session, status int, msg string) {
+	u.render(w, r, x, status, "error", map[string]any{"Title": http.StatusText(status), "Error": msg, "Status": status})
+}
+
+// storeFailed answers a store that could not be read.
+func (u *UI) storeFailed(w http.ResponseWriter, r *http.Request, x *session, err error) {
+	u.log.Error("ui: reading the store", "path", r.URL.Path, "error", err)
+	u.fail(w, r, x, http.StatusServiceUnavailable, "The store could not be read; the server's log says why.")
+}
+
+// sees reports whether the session may see what principal did: an
+// approver sees everything, anyone else their own (as the HTTP API).
+func (x *session) sees(principal string) bool { return x.who.Approver || x.who.Principal == principal }
+
+// --- intents
+
+// intentRow is an intent in a list.
+type intentRow struct {
+	ID, Tool, Version, Proposer, Status, Preview, Link string
+	ProposedAt                                         time.Time
+	Age                                                string
+}
+
+// maxPreview bounds a one-line preview, in characters.
+const maxPreview = 160
+
+// preview is one line saying what an intent would do: a process tool's
+// argv, else its compact input.
+func (u *UI) preview(in *tgruntime.Intent) string { return previewOf(u.rt.Registry(), in) }
+
+func previewOf(reg *tools.Registry, in *tgruntime.Intent) string {
+	var s string
+	if p := processOf(reg, in); p != nil {
+		s = quoteArgs(append([]string{p.Command}, p.Args...))
+	} else {
+		var b bytes.Buffer
+		if json.Compact(&b, in.Input) == nil {
+			s = b.String()
+		} else {
+			s = string(in.Input)
+		}
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > maxPreview {
+		s = string([]rune(s)[:maxPreview-1]) + "…"
+	}
+	return s
+}
+
+// process is what the intent's process tool would run, nil for another
+// tool.
+func (u *UI) process(in *tgruntime.Intent) *tools.ProcessPreview {
+	return processOf(u.rt.Registry(), in)
+}
+
+func processOf(reg *tools.Registry, in *tgruntime.Intent) *tools.ProcessPreview {
+	if reg == nil {
+		return nil
+	}
+	e, err := reg.Lookup(in.Tool, in.Version)
+	if err != nil {
+		return nil
+	}
+	if p, ok := e.Tool().(tools.Previewer); ok {
+		pv, err := p.Preview(in.Input)
+		if err == nil {
+			return pv
+		}
+	}
+	return nil
+}
+
+var intentStatuses = []string{tgruntime.IntentPending, tgruntime.IntentApproved, tgruntime.IntentRejected, tgruntime.IntentExecuted, "all"}
+
+// visibleIntents are the intents of status the session may see, newest
+// first.
+func (u *UI) visibleIntents(r *http.Request, x *session, status string) ([]intentRow, error) {
+	ctx, cancel := u.ctx(r)
+	defer cancel()
+	f := tgruntime.IntentFilter{Status: status}
+	if status == "all" {
+		f.Status = ""
+	}
+	all, err := u.rt.Intents(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	rows := []intentRow{}
+	now := u.opts.Now()
+	for i := len(all) - 1; i >= 0; i-- {
+		in := all[i]
+		if !x.sees(in.Proposer) {
+			continue
+		}
+		rows = append(rows, intentRow{ID: in.ID, Tool: in.Tool, Version: in.Version, Proposer: in.Proposer, Status: in.Status,
+			Preview: u.preview(in), Link: prefix + "intents/" + in.ID, ProposedAt: in.ProposedAt, Age: ago(now.Sub(in.ProposedAt))})
+	}
+	return rows, nil
+}
+
+func (u *UI) intentsPage(w http.ResponseWriter, r *http.Request, x *session) {
+	status := r.URL.Query().Get("status")
+	if status == "" {
+		status = tgruntime.IntentPending
+	}
+	if !slices.Contains(intentStatuses, status) {
+		u.fail(w, r, x, http.StatusBadRequest, "Unknown status: choose pending, approved, rejected, executed or all.")
+		return
+	}
+	rows, err := u.visibleIntents(r, x, status)
+	if err != nil {
+		u.storeFailed(w, r, x, err)
+		return
+	}
+	title := "Pending intents"
+	if status != tgruntime.IntentPending {
+		title = "Intents: " + status
+	}
+	u.render(w, r, x, http.StatusOK, "intents", map[string]any{"Title": title, "Rows": rows, "Status": status,
+		"Statuses": intentStatuses, "Live": status == tgruntime.IntentPending})
+}
+
+// intentsLive is the pending intents as JSON, for the page's refresh.
+func (u *UI) intentsLive(w http.ResponseWriter, r *http.Request, x *session) {
+	rows, err := u.visibleIntents(r, x, tgruntime.IntentPending)
+	if err != nil {
+		u.log.Error("ui: reading the store", "path", r.URL.Path, "error", err)
+		http.Error(w, `{"error":"store unavailable"}`, http.StatusServiceUnavailable)
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"intents": rows})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// historyEntry is one step of an intent's history.
+type historyEntry struct {
+	At        time.Time
+	What      string
+	Execution string // an execution id to link to
+}
+
+func intentHistory(in *tgruntime.Intent) []historyEntry {
+	h := []historyEntry{{At: in.ProposedAt, What: "proposed by " + in.Proposer}}
+	if d := in.Decision; d != nil {
+		if d.Approved {
+			h = append(h, historyEntry{At: d.At, What: "approved by " + d.By})
+		} else {
+			h = append(h, historyEntry{At: d.At, What: "rejected by " + d.By + ": " + d.Reason})
+		}
+	}
+	if e := in.Execution; e != nil {
+		h = append(h, historyEntry{At: e.At, What: "executed by " + e.Principal + ", execution " + e.ExecutionID, Execution: e.ExecutionID})
+	}
+	for _, f := range in.Refusals {
+		h = append(h, historyEntry{At: f.At, What: "execution refused to " + f.Principal + ": " + f.Code})
+	}
+	slices.SortStableFunc(h, func(a, b historyEntry) int { return a.At.Compare(b.At) })
+	return h
+}
+
+// intentOf reads the intent of the request's path that the session may
+// see; else it answers (404 for another's: ids are not an oracle).
+func (u *UI) intentOf(w http.ResponseWriter, r *http.Request, x *session) *tgruntime.Intent {
+	ctx, cancel := u.ctx(r)
+	defer cancel()
+	in, err := u.rt.Intent(ctx, r.PathValue("id"))
+	var ie *tgruntime.IntentError
+	switch {
+	case errors.As(err, &ie) || (err == nil && !x.sees(in.Proposer)):
+		u.fail(w, r, x, http.StatusNotFound, "No such intent.")
+		return nil
+	case err != nil:
+		u.storeFailed(w, r, x, err)
+		return nil
+	}
+	return in
+}
+
+func (u *UI) intentPage(w http.ResponseWriter, r *http.Request, x *session) {
+	in := u.intentOf(w, r, x)
+	if in == nil {
+		return
+	}
+	u.showIntent(w, r, x, in, http.StatusOK, r.URL.Query().Get("done"), "")
+}
+
+func (u *UI) showIntent(w http.ResponseWriter, r *http.Request, x *session, in *tgruntime.Intent, status int, done, errMsg string) {
+	data := map[string]any{"Title": "Intent " + in.Tool + "@" + in.Version, "Intent": in, "History": intentHistory(in),
+		"Input": pretty(in.Input), "Process": u.process(in), "Error": errMsg}
+	switch done {
+	case "approved":
+		data["Notice"] = "Approved. It runs when its proposer executes it (POST /v1/intents/{id}/execute with its hash)."
+	case "rejected":
+		data["Notice"] = "Rejected."
+	}
+	if e, err := u.rt.Registry().Lookup(in.Tool, in.Version); err == nil {
+		decl := e.Declaration()
+		data["Description"] = decl.Description
+		d := explain.Explain(u.rt.Policy(), in.Proposer, decl, nil, u.opts.Now())
+		data["Policy"] = &d
+	} else {
+		data["Unregistered"] = err.Error()
+	}
+	u.render(w, r, x, status, "intent", data)
+}
+
+// decide approves or rejects the intent of the path.
+func (u *UI) decide(approve bool) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, x *session) {
+		if !x.who.Approver {
+			u.fail(w, r, x, http.StatusForbidden, "Only approvers decide intents; "+x.who.Principal+" is not one.")
+			return
+		}
+		in := u.intentOf(w, r, x)
+		if in == nil {
+			return
+		}
+		if h := r.PostForm.Get("hash"); h != in.Hash {
+			// The form showed another intent than the one stored: never
+			// decide what the person did not see.
+			u.showIntent(w, r, x, in, http.StatusConflict, "", "The intent is not the one this form showed; nothing was decided. Look at it again.")
+			return
+		}
+		ctx, cancel := u.ctx(r)
+		defer cancel()
+		var err error
+		verb := "approved"
+		if approve {
+			_, err = u.rt.Approve(ctx, in.ID, x.who.Principal)
+		} else {
+			verb = "rejected"
+			reason := strings.TrimSpace(r.PostForm.Get("reason"))
+			if reason == "" {
+				u.showIntent(w, r, x, in, http.StatusBadRequest, "", "A rejection needs a reason.")
+				return
+			}
+			_, err = u.rt.Reject(ctx, in.ID, x.who.Principal, reason)
+		}
+		var ie *tgruntime.IntentError
+		switch {
+		case errors.As(err, &ie):
+			if now, rerr := u.rt.Intent(ctx, in.ID); rerr == nil {
+				in = now
+			}
+			u.showIntent(w, r, x, in, http.StatusConflict, "", "Not "+verb+": "+strings.TrimPrefix(ie.Error(), "runtime: "))
+			return
+		case err != nil:
+			u.storeFailed(w, r, x, err)
+			return
+		}
+		u.log.Info("ui decision", "intent", in.ID, "decision", verb, "by", x.who.Principal)
+		http.Redirect(w, r, prefix+"intents/"+in.ID+"?done="+verb, http.StatusSeeOther)
+	}
+}
+
+// --- executions
+
+// maxListed bounds the executions a list shows.
+const maxListed = 200
+
+type executionFilter struct {
+	State, Tool, Principal, Since, Until string
+}
+
+func (u *UI) executionsPage(w http.ResponseWriter, r *http.Request, x *session) {
+	q := r.URL.Query()
+	f := executionFilter{State: q.Get("state"), Tool: strings.TrimSpace(q.Get("tool")), Principal: strings.TrimSpace(q.Get("principal")),
+		Since: strings.TrimSpace(q.Get("since")), Until: strings.TrimSpace(q.Get("until"))}
+	states := []string{}
+	for _, s := range lifecycle.States() {
+		states = append(states, string(s))
+	}
+	data := map[string]any{"Title": "Executions", "Filter": f, "States": states}
+	if f.State != "" && !slices.Contains(states, f.State) {
+		data["Error"] = "Unknown state " + f.State + "."
+		u.render(w, r, x, http.StatusBadRequest, "executions", data)
+		return
+	}
+	now := u.opts.Now()
+	since, err1 := parseWhen(f.Since, now)
+	until, err2 := parseWhen(f.Until, now)
+	if err := errors.Join(err1, err2); err != nil {
+		data["Error"] = err.Error()
+		u.render(w, r, x, http.StatusBadRequest, "executions", data)
+		return
+	}
+	ctx, cancel := u.ctx(r)
+	defer cancel()
+	recs, err := u.rt.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool})
+	if err != nil {
+		u.storeFailed(w, r, x, err)
+		return
+	}
+	var rows []*txn.Record
+	for i := len(recs) - 1; i >= 0; i-- { // newest first
+		rec := recs[i]
+		switch {
+		case !x.sees(rec.Principal),
+			f.Principal != "" && rec.Principal != f.Principal,
+			!since.IsZero() && rec.StartedAt.Before(since),
+			!until.IsZero() && !rec.StartedAt.Before(until):
+			continue
+		}
+		rows = append(rows, rec)
+	}
+	data["Total"] = len(rows)
+	if len(rows) > maxListed {
+		rows = rows[:maxListed]
+	}
+	data["Rows"] = rows
+	data["Max"] = maxListed
+	u.render(w, r, x, http.StatusOK, "executions", data)
+}
+
+// parseWhen reads a filter's time: "" (none), a duration before now such
+// as "1h" or "30m", or a UTC time "2006-01-02T15:04" (what a
+// datetime-local field sends) or RFC 3339.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time: give a duration before now (such as 1h) or a UTC time such as 2026-05-01T14:00", s)
+}
+
+// step is one transition of an execution's timeline.
+type step struct {
+	lifecycle.Transition
+	SinceStart, SincePrev time.Duration
+}
+
+func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, x *session) {
+	ctx, cancel := u.ctx(r)
+	defer cancel()
+	rec, ds, err := u.rt.ReadExecution(ctx, r.PathValue("id"))
+	switch {
+	case errors.Is(err, txn.ErrNotFound) || (err == nil && !x.sees(rec.Principal)):
+		u.fail(w, r, x, http.StatusNotFound, "No such execution.")
+		return
+	case errors.Is(err, txn.ErrCorrupt):
+		u.fail(w, r, x, http.StatusConflict, "The record stored under this id does not match the audit log: it is damaged or was changed outside toolgate. Run 'toolgate audit verify'.")
+		return
+	case err != nil:
+		u.storeFailed(w, r, x, err)
+		return
+	}
+	var steps []step
+	prev := rec.StartedAt
+	for _, t := range rec.Transitions {
+		steps = append(steps, step{Transition: lifecycle.Transition{From: lifecycle.State(t.From), To: lifecycle.State(t.To), Event: lifecycle.Event(t.Event), At: t.At, Reason: t.Reason},
+			SinceStart: t.At.Sub(rec.StartedAt), SincePrev: t.At.Sub(prev)})
+		prev = t.At
+	}
+	data := map[string]any{"Title": "Execution " + rec.ExecutionID, "Rec": rec, "Steps": steps, "Discrepancies": ds}
+	if !rec.EndedAt.IsZero() {
+		data["Took"] = rec.EndedAt.Sub(rec.StartedAt)
+	}
+	if rec.Error != nil {
+		e := *rec.Error
+		e.Stack = "" // never a stack on a page
+		data["Err"] = &e
+	}
+	if len(rec.Output) > 0 {
+		data["Output"] = pretty(rec.Output)
+	}
+	if rec.TraceID != "" && u.opts.JaegerURL != "" {
+		data["TraceLink"] = u.opts.JaegerURL + "/trace/" + rec.TraceID
+	}
+	if parked, err := u.rt.ParkedWrites(ctx, rec.ExecutionID); err == nil {
+		data["Parked"] = parked
+	}
+	u.render(w, r, x, http.StatusOK, "execution", data)
+}
+
+// --- audit
+
+// maxShown bounds the discrepancies the audit page lists (all are
+// counted).
+const maxShown = 100
+
+func (u *UI) auditPage(w http.ResponseWriter, r *http.Request, x *session) {
+	if !x.who.Approver {
+		u.fail(w, r, x, http.StatusForbidden, "The audit page is for approvers.")
+		return
+	}
+	ctx, cancel := u.ctx(r)
+	defer cancel()
+	data := map[string]any{"Title": "Audit log"}
+	var cp *audit.Checkpoint
+	if u.opts.Checkpoint != nil {
+		data["CheckpointConfigured"] = true
+		c, err := u.opts.Checkpoint()
+		if err != nil {
+			data["CheckpointError"] = err.Error()
+		} else if c != nil {
+			cp = c
+			data["Checkpoint"] = map[string]any{"Size": c.Size, "Hash": hex.EncodeToString(c.Hash[:])}
+		}
+	}
+	v := &audit.Verifier{Checkpoint: cp}
+	err := u.rt.VerifyAuditLog(ctx, v)
+	var ve *audit.VerifyError
+	switch {
+	case errors.As(err, &ve):
+		data["Bad"] = ve
+	case err != nil:
+		u.storeFailed(w, r, x, err)
+		return
+	default:
+		data["Valid"] = true
+		data["Events"] = v.Len()
+		h := v.Hash()
+		data["Head"] = hex.EncodeToString(h[:])
+	}
+	var found []tgruntime.Discrepancy
+	rep, err := u.rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+		if len(found) < maxShown {
+			found = append(found, d)
+		}
+		return nil
+	})
+	if err != nil {
+		u.storeFailed(w, r, x, err)
+		return
+	}
+	data["Records"] = rep
+	data["Found"] = found
+	u.render(w, r, x, http.StatusOK, "audit", data)
+}
+
+// --- helpers
+
+// pretty is a JSON value indented, or as stored if it is not JSON.
+func pretty(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// ago says how long ago, roughly.
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// duration is d for a timeline: to the microsecond below a second.
+func duration(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// quoteArgs shows argv so that each argument is unambiguous: quoted when
+// it is empty or holds anything but plain characters.
+func quoteArgs(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '@' ||
+				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.Join(out, " ")
+}
