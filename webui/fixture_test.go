@@ -1,6 +1,7 @@
 package webui_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -132,22 +133,37 @@ func (f *fixture) api(t testing.TB, token string) *client.Client {
 	return c
 }
 
-// propose proposes test.echo with msg as the token's principal.
+// propose proposes test.echo with msg as the token's principal, over the
+// API. The body is sent as written, markup unescaped (the client package's
+// encoder would escape it as \u003c).
 func (f *fixture) propose(t testing.TB, token, m string) *client.Intent {
 	t.Helper()
-	in, err := f.api(t, token).Propose(context.Background(), client.Invocation{Tool: "test.echo", Input: mustJSON(t, msg{m})})
+	body := `{"tool":"test.echo","input":{"msg":` + string(mustJSON(t, m)) + `}}`
+	req, _ := http.NewRequest("POST", f.url+"/v1/intents", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return in
+	defer resp.Body.Close()
+	var in client.Intent
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("propose: %d %v", resp.StatusCode, err)
+	}
+	return &in
 }
 
+// mustJSON encodes v, markup as is (no \u003c escapes): the pages must
+// escape it themselves.
 func mustJSON(t testing.TB, v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(v); err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return bytes.TrimSpace(b.Bytes())
 }
 
 // browser is an HTTP client with its own cookie jar that does not follow

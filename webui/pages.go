@@ -111,12 +111,7 @@ func previewOf(reg *tools.Registry, in *tgruntime.Intent) string {
 	if p := processOf(reg, in); p != nil {
 		s = quoteArgs(append([]string{p.Command}, p.Args...))
 	} else {
-		var b bytes.Buffer
-		if json.Compact(&b, in.Input) == nil {
-			s = b.String()
-		} else {
-			s = string(in.Input)
-		}
+		s = display(in.Input, "")
 	}
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) > maxPreview {
@@ -516,13 +511,28 @@ func (u *UI) auditPage(w http.ResponseWriter, r *http.Request, x *session) {
 
 // --- helpers
 
-// pretty is a JSON value indented, or as stored if it is not JSON.
-func pretty(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
+// pretty is a JSON value in canonical form (keys sorted), indented, with
+// the characters the store keeps escaped (\u003c for <) shown as
+// themselves: what the tool receives. A value that is not JSON is shown as
+// stored.
+func pretty(raw json.RawMessage) string { return display(raw, "  ") }
+
+// display is raw re-encoded as pretty does, on one line when indent is "".
+func display(raw json.RawMessage, indent string) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
 		return string(raw)
 	}
-	return b.String()
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	e.SetIndent("", indent)
+	if err := e.Encode(v); err != nil {
+		return string(raw)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // ago says how long ago, roughly.
