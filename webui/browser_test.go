@@ -290,7 +290,7 @@ func TestBrowser_MarkupIsText(t *testing.T) {
 	run(t, ctx, "a live refresh", chromedp.WaitVisible(chromedp.CSS("#live-status")))
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for !strings.HasPrefix(text(t, c, "#live-status"), "Refreshed") {
+	for !strings.HasPrefix(text(t, c, "#live-status"), "Refreshed at") {
 		time.Sleep(100 * time.Millisecond)
 	}
 	clean("pending, refreshed by the script")

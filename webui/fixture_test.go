@@ -81,7 +81,7 @@ func echoTool() tools.Tool {
 
 // newFixture serves the API and the UI over real HTTP on loopback (TLS
 // when tls is set), with the runtime's proposals going to onPropose.
-func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts *webui.Options) *fixture {
+func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts *webui.Options, adjust ...func(*tgruntime.Options)) *fixture {
 	t.Helper()
 	reg := tools.NewRegistry()
 	for _, tl := range append([]tools.Tool{echoTool()}, tools.ProcessTools()...) {
@@ -93,7 +93,11 @@ func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts
 	for _, p := range []string{"alice", "agent", "mallory"} { // the markup principal holds nothing: the policy allows no principal with spaces
 		grants[p] = []capability.Capability{capability.MustParse("state.write:test")}
 	}
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "toolgate.db"), &tgruntime.Options{Registry: reg, Grants: grants, NoSync: true, OnPropose: onPropose})
+	ropts := &tgruntime.Options{Registry: reg, Grants: grants, NoSync: true, OnPropose: onPropose}
+	for _, a := range adjust {
+		a(ropts)
+	}
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "toolgate.db"), ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
