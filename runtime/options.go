@@ -79,7 +79,7 @@ type Options struct {
 
 	// OnPropose, if set, is called with each intent once its proposal is
 	// committed (by Propose, whichever front end called it: the HTTP API,
-	// MCP, the CLI), before Propose returns. It gets a copy it may keep. It
+	// MCP), before Propose returns. It gets a copy it may keep. It
 	// must not block: a notifier queues the intent and returns; a panic in
 	// it is recovered and the proposal still succeeds. It never changes the
 	// proposal's outcome.

@@ -208,6 +208,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostForm.Get("next"))
 	who, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostForm.Get("token")))
 	if !ok {
+		u.log.Warn("ui login refused: unknown token", "remote", r.RemoteAddr)
 		u.render(w, r, nil, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That token is not known to this server."})
 		return
 	}
