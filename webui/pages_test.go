@@ -91,6 +91,10 @@ func TestExecutions_Filters(t *testing.T) {
 	eq("tool", get("tool=exec_status"), nil)
 	eq("since", get("since=1h"), []string{denied.ExecutionID, ids[1], ids[0]})
 	eq("until", get("until="+url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format("2006-01-02T15:04"))), nil)
+	// A failed execution's page shows its error, never a stack.
+	if _, page := b.get("/ui/executions/" + denied.ExecutionID); !strings.Contains(page, `id="err"`) || !strings.Contains(page, denied.Error.Type) || strings.Contains(page, "goroutine") {
+		t.Errorf("the DENIED execution's page lacks its error %+v", denied.Error)
+	}
 	for _, q := range []string{"state=SLEEPING", "since=yesterday"} {
 		if resp, _ := b.get("/ui/executions?" + q); resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("%s: %d, want 400", q, resp.StatusCode)
