@@ -57,7 +57,7 @@ type Notifier struct {
 	opts    NotifierOptions
 	preview func(*tgruntime.Intent) string
 
-	queue  chan Notification
+	queue  chan *tgruntime.Intent
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -106,7 +106,7 @@ func NewNotifier(cfg *server.WebhookConfig, baseURL string, getenv func(string) 
 		o.Client = &http.Client{Timeout: o.Timeout}
 	}
 	n.preview = func(in *tgruntime.Intent) string { return previewOf(reg, in) }
-	n.queue = make(chan Notification, o.Queue)
+	n.queue = make(chan *tgruntime.Intent, o.Queue)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	for range o.Workers {
 		n.wg.Add(1)
@@ -116,19 +116,26 @@ func NewNotifier(cfg *server.WebhookConfig, baseURL string, getenv func(string) 
 }
 
 // Notify queues the notification of a new pending intent and returns at
-// once; it is the runtime's Options.OnPropose.
+// once; it is the runtime's Options.OnPropose. The notification is worded
+// (its preview resolved) by the worker that delivers it, off the
+// proposal's path.
 func (n *Notifier) Notify(in *tgruntime.Intent) {
 	if in == nil || in.Status != tgruntime.IntentPending {
 		return
 	}
-	m := Notification{ID: in.ID, Tool: in.Tool, Version: in.Version, Proposer: in.Proposer, Preview: n.preview(in),
-		Link: n.base + prefix + "intents/" + in.ID}
-	m.Text = fmt.Sprintf("%s proposes %s@%s: %s — approve or reject: %s", m.Proposer, m.Tool, m.Version, m.Preview, m.Link)
 	select {
-	case n.queue <- m:
+	case n.queue <- in:
 	default:
 		n.opts.Logger.Error("webhook: queue full, notification dropped", "intent", in.ID, "queued", cap(n.queue))
 	}
+}
+
+// notification is the body announcing in.
+func (n *Notifier) notification(in *tgruntime.Intent) Notification {
+	m := Notification{ID: in.ID, Tool: in.Tool, Version: in.Version, Proposer: in.Proposer, Preview: n.preview(in),
+		Link: n.base + prefix + "intents/" + in.ID}
+	m.Text = fmt.Sprintf("%s proposes %s@%s: %s — approve or reject: %s", m.Proposer, m.Tool, m.Version, m.Preview, m.Link)
+	return m
 }
 
 // Close stops delivering: attempts in flight end, notifications still
@@ -145,8 +152,8 @@ func (n *Notifier) Close(ctx context.Context) error {
 	}
 	for {
 		select {
-		case m := <-n.queue:
-			n.opts.Logger.Warn("webhook: stopped before delivering", "intent", m.ID)
+		case in := <-n.queue:
+			n.opts.Logger.Warn("webhook: stopped before delivering", "intent", in.ID)
 		default:
 			return nil
 		}
@@ -159,8 +166,8 @@ func (n *Notifier) work() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case m := <-n.queue:
-			n.deliver(m)
+		case in := <-n.queue:
+			n.deliver(n.notification(in))
 		}
 	}
 }

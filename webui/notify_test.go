@@ -228,7 +228,7 @@ func BenchmarkPropose(b *testing.B) {
 			}
 		})
 		defer close(release)
-		f, _, _ := notifying(b, rc, webui.NotifierOptions{Timeout: time.Minute, Queue: 1 << 20})
+		f, _, _ := notifying(b, rc, webui.NotifierOptions{Timeout: time.Minute, Queue: 8192})
 		benchPropose(b, f)
 		b.StopTimer()
 		waitFor(b, "the receiver to be held", func() bool { return rc.hits.Load() > 0 })

@@ -84,7 +84,12 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 	if rt == nil || cfg == nil {
 		return nil, errors.New("webui: a runtime and a server config are required")
 	}
-	u := &UI{rt: rt, cfg: cfg, mux: http.NewServeMux()}
+	c := *cfg // the tokens as LoadConfig keeps them: hashes in lowercase
+	c.Tokens = append([]server.TokenConfig(nil), cfg.Tokens...)
+	for i := range c.Tokens {
+		c.Tokens[i].SHA256 = strings.ToLower(c.Tokens[i].SHA256)
+	}
+	u := &UI{rt: rt, cfg: &c, mux: http.NewServeMux()}
 	if opts != nil {
 		u.opts = *opts
 	}
