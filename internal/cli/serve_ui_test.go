@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +134,45 @@ func TestServe_Webhook(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no webhook call:\n%s", stderr.String())
+	}
+}
+
+// --audit-checkpoint: the UI's audit page checks the live log against the
+// checkpoint file, read again on each view.
+func TestServe_UIAuditCheckpoint(t *testing.T) {
+	dir := workdir(t)
+	must(t, os.WriteFile("hello.txt", []byte("hi"), 0o600))
+	if r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`); r.code != 0 {
+		t.Fatalf("run: %d %s", r.code, r.stderr)
+	}
+	key := filepath.Join(dir, "audit.key")
+	r := toolgate(t, "", "audit", "checkpoint", "--key", key)
+	if r.code != 0 {
+		t.Fatalf("checkpoint: %d %s", r.code, r.stderr)
+	}
+	cp := filepath.Join(dir, "cp.txt")
+	must(t, os.WriteFile(cp, []byte(r.stdout), 0o600))
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"alice","sha256":"`+server.HashToken("tok")+`","approver":true}]}`), 0o600))
+	addr, _ := startServe(t, "--config", cfg, "--audit-checkpoint", cp, "--audit-key", key)
+
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar}
+	resp, err := hc.PostForm("http://"+addr+"/ui/login", url.Values{"token": {"tok"}})
+	must(t, err)
+	resp.Body.Close()
+	page := func() string {
+		resp, err := hc.Get("http://" + addr + "/ui/audit")
+		must(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if p := page(); !strings.Contains(p, "The log extends it.") || !strings.Contains(p, "Valid: ") {
+		t.Fatalf("audit page:\n%s", p)
+	}
+	must(t, os.WriteFile(cp, []byte(strings.Replace(r.stdout, "toolgate audit log", "forged log", 1)), 0o600))
+	if p := page(); strings.Contains(p, "The log extends it.") || !strings.Contains(p, "does not verify") {
+		t.Fatalf("a forged checkpoint:\n%s", p)
 	}
 }
