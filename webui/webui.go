@@ -148,6 +148,15 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 
 // ServeHTTP serves the UI's paths (/ui/...).
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			u.log.Error("ui: a page failed", "path", r.URL.Path, "panic", fmt.Sprint(p))
+			http.Error(w, "internal error", http.StatusInternalServerError) // never a stack
+		}
+	}()
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
