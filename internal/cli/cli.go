@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -94,10 +95,23 @@ func (e *exitError) Error() string {
 }
 
 func usageErr(format string, args ...any) error {
-	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = userError{err} // %v prints it in the user's terms, %w still wraps it
+		}
+	}
+	return &exitError{code: ExitUsage, err: userError{fmt.Errorf(format, args...)}}
 }
 
-func internalErr(err error) error { return &exitError{code: ExitInternal, err: err} }
+func internalErr(err error) error { return &exitError{code: ExitInternal, err: userError{err}} }
+
+// userError is err as a person reads it: its text is
+// tgruntime.Message(err) (no Go package prefixes, no system call names:
+// issue 17 §5), and errors.Is and errors.As see err.
+type userError struct{ err error }
+
+func (e userError) Error() string { return tgruntime.Message(e.err) }
+func (e userError) Unwrap() error { return e.err }
 
 // Main runs the toolgate command with args and returns its exit code. It
 // never panics on bad input and never prints a stack trace.
@@ -121,12 +135,12 @@ func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintf(stdio.Err, "toolgate: %v\n", ee.err)
+			fmt.Fprintf(stdio.Err, "toolgate: %s\n", tgruntime.Message(ee.err))
 		}
 		return ee.code
 	}
 	// cobra's own errors: unknown command or flag, wrong arguments.
-	fmt.Fprintf(stdio.Err, "toolgate: %v\nRun 'toolgate --help' for usage.\n", err)
+	fmt.Fprintf(stdio.Err, "toolgate: %s\nRun 'toolgate --help' for usage.\n", tgruntime.Message(err))
 	return ExitUsage
 }
 

@@ -18,6 +18,7 @@ func toolgateTTY(t *testing.T, stdin string, args ...string) run {
 	if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "panic:") {
 		t.Fatalf("stack trace on stderr:\n%s", errb.String())
 	}
+	scanRun(t, args, out.String(), errb.String())
 	return run{code, out.String(), errb.String()}
 }
 
