@@ -234,6 +234,17 @@ func runePrefix(s string, n int) string {
 	return s[:n]
 }
 
+// Classify describes err as a result would (its RFC-0001 class, its code,
+// its message in the user's terms), or returns nil when err is none of the
+// runtime's classified errors: for a caller that reports an error Execute,
+// Propose or another method returned without a result.
+func Classify(err error) *ErrorInfo {
+	if classOf(err) == nil {
+		return nil
+	}
+	return errorInfo(err)
+}
+
 // errorInfo describes err for a result and a record.
 func errorInfo(err error) *ErrorInfo {
 	if err == nil {

@@ -88,7 +88,7 @@ func TestIntent_CLI(t *testing.T) {
 		t.Fatalf("approved intent: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = toolgate(t, "", runIntent...)
-	if r.code != ExitDenied || !strings.Contains(r.stderr, "replayed") || !strings.Contains(r.stderr, "already_executed") || !strings.Contains(r.stdout, "hello") {
+	if r.code != ExitCompleted || !strings.Contains(r.stderr, "replayed") || !strings.Contains(r.stderr, "already_executed") || !strings.Contains(r.stdout, "hello") {
 		t.Fatalf("second run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = toolgate(t, "", "intent", "show", id, "--json")
