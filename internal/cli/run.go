@@ -94,7 +94,7 @@ as --principal, by default cli:$USER.
 				who = principal()
 			}
 			if err := tgruntime.CheckIdentity(who, callID); err != nil {
-				return usageErr("--principal or --call-id: %v", strings.TrimPrefix(err.Error(), "runtime: "))
+				return usageErr("--principal or --call-id: %v", err)
 			}
 			in, err := readInput(input, stdio.In)
 			if err != nil {
@@ -253,7 +253,7 @@ func (g *globals) registry() (*tools.Registry, error) {
 	if err != nil {
 		gw.Close()
 		if errors.Is(err, tools.ErrRegistryFile) {
-			return nil, usageErr("--registry: %s", strings.TrimPrefix(err.Error(), "tools: "))
+			return nil, usageErr("--registry: %v", err)
 		}
 		return nil, internalErr(err)
 	}
@@ -265,7 +265,7 @@ func (g *globals) registry() (*tools.Registry, error) {
 func (g *globals) closeGateway() {
 	if g.gateway != nil {
 		if err := g.gateway.Close(); err != nil && g.stderr != nil {
-			fmt.Fprintf(g.stderr, "toolgate: %v\n", err)
+			fmt.Fprintf(g.stderr, "toolgate: %s\n", tgruntime.Message(err))
 		}
 		g.gateway = nil
 	}
@@ -332,7 +332,7 @@ func refusedErr(err error) error {
 	}
 	var ke *tgruntime.IdempotencyError
 	if errors.As(err, &ke) && ke.Code == "idempotency_invalid" {
-		return usageErr("--idempotency-key: %s", strings.TrimPrefix(err.Error(), "runtime: "))
+		return usageErr("--idempotency-key: %v", err)
 	}
 	return &exitError{code: ExitDenied, err: err}
 }
@@ -449,7 +449,7 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error)
 		}
 	}
 	if res.Error != nil {
-		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, strings.TrimPrefix(res.Error.Message, "runtime: "))
+		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, tgruntime.Message(errors.New(res.Error.Message))) // a record of an earlier version may hold a Go prefix
 		var ae *tgruntime.AuthorizationError
 		var acc *tools.AccessError
 		switch {
