@@ -352,6 +352,9 @@ func Message(err error) string {
 			return
 		}
 		own := e.Error()
+		if own == "" {
+			return
+		}
 		if r, ok := renderGoError(e); ok {
 			if own != r {
 				msg = strings.ReplaceAll(msg, own, r)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +120,47 @@ func scanDatabase(t *testing.T, path string) {
 				checkUserTerms(t, "audit event error message", ev.Error.Message)
 			}
 			from = e.Seq + 1
+		}
+	}
+}
+
+// The places Go internals used to reach a user (issue 17 §5), each run as
+// a user would: the toolgate helper checks every message (checkUserTerms)
+// and the database each run used (scanDatabase); the file errors read as
+// what could not be done to which file.
+func TestMessages_UserTerms(t *testing.T) {
+	workdir(t)
+	must(t, os.WriteFile("bad-policy.json", []byte(`{"principals": {"alice": [7]}}`), 0o600))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"nope.txt"}`}, "cannot access nope.txt: no such file or directory"},
+		{[]string{"run", "file.list", "--allow", "filesystem.read:.", "--input", `{"path":"nope"}`}, "cannot open nope: no such file or directory"},
+		{[]string{"run", "file.read", "--input", "@nope.json"}, "cannot open nope.json: no such file or directory"},
+		{[]string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`}, "invalid input: input does not match schema: /path"},
+		{[]string{"run", "file.read", "--input", `{"path":"hello.txt"}`}, "capability denied: file.read requires filesystem.read"},
+		{[]string{"run", "no.such.tool"}, `tool not found: "no.such.tool"`},
+		{[]string{"run", "--intent", "nope", "--hash", "x"}, "intent nope: malformed"},
+		{[]string{"executions", "--limit", "many"}, `"many" is not a whole number`},
+		{[]string{"run", "file.read", "--policy", "bad-policy.json", "--input", `{"path":"hello.txt"}`}, "bad-policy.json"},
+	} {
+		for _, args := range [][]string{tc.args, append(slices.Clone(tc.args), "--json")} {
+			r := toolgate(t, "", args...)
+			if !strings.Contains(r.stdout+r.stderr, tc.want) {
+				t.Errorf("%q: exit %d, does not say %q:\n%s%s", args, r.code, tc.want, r.stdout, r.stderr)
+			}
+		}
+	}
+	// A database another process holds.
+	store, err := txn.Open(os.Getenv("TOOLGATE_DB"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, args := range [][]string{{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, {"executions", "--json"}} {
+		if r := toolgate(t, "", args...); !strings.Contains(r.stdout+r.stderr, "locked by another process") {
+			t.Errorf("%q: exit %d:\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 	}
 }
