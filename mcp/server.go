@@ -280,7 +280,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 	d := e.Declaration()
 	r, err := s.request(req)
 	if err != nil {
-		return nil, invalidParams(err.Error())
+		return nil, invalidParams(userMessage(err))
 	}
 	ctx, span := s.context(ctx, req, r)
 	defer span.End()
@@ -365,7 +365,7 @@ type intentRef struct {
 func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	r, err := s.request(req)
 	if err != nil {
-		return nil, invalidParams(err.Error())
+		return nil, invalidParams(userMessage(err))
 	}
 	ctx, span := s.context(ctx, req, r)
 	defer span.End()
@@ -461,7 +461,6 @@ func (s *Server) answer(res *tgruntime.Result, err error) (*sdk.CallToolResult, 
 	if res.Error != nil {
 		info = *res.Error
 		info.Stack = "" // stays in the records
-		info.Message = strings.TrimPrefix(info.Message, "runtime: ")
 	}
 	meta[MetaError] = info
 	body := map[string]any{"state": res.State, "executionId": res.ExecutionID, "callId": res.CallID, "error": info}
@@ -479,13 +478,7 @@ func refusal(typ, code, msg string) *sdk.CallToolResult {
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}, Meta: sdk.Meta{MetaError: info}}
 }
 
-func userMessage(err error) string {
-	m := err.Error()
-	for _, p := range []string{"runtime: ", "tools: "} {
-		m = strings.ReplaceAll(m, p, "")
-	}
-	return m
-}
+func userMessage(err error) string { return tgruntime.Message(err) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

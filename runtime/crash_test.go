@@ -456,7 +456,7 @@ func (h *crashHarness) verify(round int) {
 				if rec.State != "ROLLED_BACK" || len(p) < 3 || !slices.Equal(p[len(p)-3:], []string{"EXECUTING", "ABORTED", "ROLLED_BACK"}) {
 					t.Errorf("round %d: recovered record %s (input %s) is %s with path %v", round, rec.ExecutionID, id, rec.State, p)
 				}
-			case rec.State == "ROLLED_BACK" && rec.Error != nil && rec.Error.Type == "StateError" && strings.Contains(rec.Error.Message, txn.ErrConflict.Error()):
+			case rec.State == "ROLLED_BACK" && rec.Error != nil && rec.Error.Type == "StateError" && strings.Contains(rec.Error.Message, tgruntime.Message(txn.ErrConflict)):
 				conflicts++
 			default:
 				t.Errorf("round %d: record %s (input %s) ended %s with unexpected error %+v", round, rec.ExecutionID, id, rec.State, rec.Error)

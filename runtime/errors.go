@@ -1,8 +1,14 @@
 package runtime
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -228,12 +234,23 @@ func runePrefix(s string, n int) string {
 	return s[:n]
 }
 
+// Classify describes err as a result would (its RFC-0001 class, its code,
+// its message in the user's terms), or returns nil when err is none of the
+// runtime's classified errors: for a caller that reports an error Execute,
+// Propose or another method returned without a result.
+func Classify(err error) *ErrorInfo {
+	if classOf(err) == nil {
+		return nil
+	}
+	return errorInfo(err)
+}
+
 // errorInfo describes err for a result and a record.
 func errorInfo(err error) *ErrorInfo {
 	if err == nil {
 		return nil
 	}
-	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: capMessage(err.Error())}
+	info := &ErrorInfo{Type: "StateError", Code: "internal", Message: capMessage(Message(err))}
 	if c := classOf(err); c != nil {
 		info.Code = c.code()
 		info.Type = strings.TrimPrefix(fmt.Sprintf("%T", c), "*runtime.")
@@ -302,4 +319,179 @@ func checkPrincipal(principal string) error {
 
 func badIdentity(what, v, why string) error {
 	return &ValidationError{Phase: "invocation", Err: fmt.Errorf("%s %q: %s", what, runePrefix(v, 32), why)}
+}
+
+// Message renders err for the person who reads it: the one rule by which
+// every message toolgate shows or stores (a result's, a record's and its
+// audit events' error message, the CLI's output, the HTTP boundary's
+// problem documents, the MCP server's error results) speaks the user's
+// terms, not Go's (issue 17 §5). It is err.Error() with, for each error in
+// err's tree (errors.Unwrap, and Unwrap() []error):
+//
+//   - a Go package's prefix dropped ("runtime: ", "tools: ", "txn: ",
+//     "json: ", ...): the prefix helps a programmer reading a Go error
+//     value, not the user;
+//   - a Go error type rendered in the user's terms: a *fs.PathError as
+//     "cannot open PATH: permission denied" (never a system call's name
+//     such as openat or statat), an *os.LinkError and an *os.SyscallError
+//     alike, a JSON decoding error without Go's type names, a number or a
+//     time that did not parse as what was expected.
+//
+// Text that a wrapper formatted with %v rather than %w is not in the tree;
+// its package prefixes are dropped where a message part begins. The error
+// value itself is unchanged: errors.Is and errors.As are the contract for
+// programs, Message the text for people.
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	var walk func(e error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		own := e.Error()
+		if own == "" {
+			return
+		}
+		if r, ok := renderGoError(e); ok {
+			if own != r {
+				msg = strings.ReplaceAll(msg, own, r)
+			}
+			return // the rendering says all of it
+		}
+		if p := goPrefix(own); p != "" {
+			msg = strings.ReplaceAll(msg, own, own[len(p):])
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		}
+	}
+	walk(err)
+	return goPrefixes.ReplaceAllString(msg, "$1")
+}
+
+// goPackages are the packages whose prefix Message drops: toolgate's own,
+// and the standard library's and dependencies' that reach a user.
+const goPackages = `runtime|tools|capability|txn|lifecycle|audit|mcp|server|client|proc|json|time|strconv|bbolt|bolt|os|fs|io|syscall|exec|yaml|jsonschema|url|x509|errors|fmt|filepath`
+
+// goPrefixes matches a package prefix where a message part begins: at the
+// start, or after ": " or "; ".
+var goPrefixes = regexp.MustCompile(`(^|: |; )(?:` + goPackages + `)(?:\.[A-Z][A-Za-z]*)?: `)
+
+// goPrefix returns the package prefix msg starts with, or "".
+func goPrefix(msg string) string {
+	if loc := goPrefixes.FindStringIndex(msg); loc != nil && loc[0] == 0 {
+		return msg[:loc[1]]
+	}
+	return ""
+}
+
+// renderGoError renders the Go error types that reach a user in the
+// user's terms.
+func renderGoError(e error) (string, bool) {
+	switch e := e.(type) {
+	case *fs.PathError:
+		return fmt.Sprintf("cannot %s %s: %s", fileVerb(e.Op), e.Path, Message(e.Err)), true
+	case *os.LinkError:
+		return fmt.Sprintf("cannot %s %s to %s: %s", fileVerb(e.Op), e.Old, e.New, Message(e.Err)), true
+	case *os.SyscallError:
+		return Message(e.Err), true
+	case *json.UnmarshalTypeError:
+		where := "the value"
+		if e.Field != "" {
+			where = fmt.Sprintf("the value of %q", e.Field)
+		}
+		return fmt.Sprintf("%s is %s where %s is expected", where, jsonKind(e.Value), jsonTypeOf(e.Type)), true
+	case *strconv.NumError:
+		want := "a number"
+		switch e.Func {
+		case "ParseInt", "Atoi":
+			want = "a whole number"
+		case "ParseUint":
+			want = "a whole number, 0 or more"
+		case "ParseBool":
+			want = "true or false"
+		}
+		if errors.Is(e.Err, strconv.ErrRange) {
+			return fmt.Sprintf("%q is out of range", e.Num), true
+		}
+		return fmt.Sprintf("%q is not %s", e.Num, want), true
+	case *time.ParseError:
+		return fmt.Sprintf("%q is not a time of the form %s", e.Value, e.Layout), true
+	}
+	return "", false
+}
+
+// fileVerb says what a file operation (a system call's name, as an
+// *fs.PathError carries it) was trying to do.
+func fileVerb(op string) string {
+	switch op {
+	case "open", "openat", "openat2", "creat":
+		return "open"
+	case "read", "pread", "readdirent", "readdir", "getdents", "getdents64", "readlink", "readlinkat", "seek":
+		return "read"
+	case "write", "pwrite", "sync", "fsync", "fdatasync", "truncate", "ftruncate":
+		return "write"
+	case "mkdir", "mkdirat":
+		return "create the directory"
+	case "remove", "unlink", "unlinkat", "rmdir":
+		return "remove"
+	case "rename", "renameat", "renameat2":
+		return "rename"
+	case "link", "linkat", "symlink", "symlinkat":
+		return "link"
+	case "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat":
+		return "change the permissions of"
+	case "close":
+		return "close"
+	}
+	return "access" // stat, lstat, fstat, statat, fstatat, ...
+}
+
+// jsonKind names a JSON value's kind as encoding/json reports it.
+func jsonKind(v string) string {
+	switch {
+	case v == "object", v == "array":
+		return "an " + v
+	case v == "bool":
+		return "true or false"
+	case v == "null":
+		return "null"
+	case strings.HasPrefix(v, "number"):
+		return "a number"
+	}
+	return "a " + v
+}
+
+// jsonTypeOf names what a Go type holds, in JSON's terms.
+func jsonTypeOf(t reflect.Type) string {
+	if t == nil {
+		return "another value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another value"
 }

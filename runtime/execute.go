@@ -589,7 +589,7 @@ func aborts(err error) bool {
 // stores the record.
 func (c *call) end(ctx context.Context, m *lifecycle.Machine, rec *txn.Record, ev lifecycle.Event, cause error) (Attempt, json.RawMessage, error) {
 	sp := c.spans
-	m.Fire(ev, cause.Error())
+	m.Fire(ev, Message(cause))
 	sp.transitioned(m, cause)
 	if ev == lifecycle.EventAbort {
 		sp.phase("rollback")
@@ -615,14 +615,14 @@ func (c *call) rollback(m *lifecycle.Machine, rec *txn.Record, tx *txn.Tx, cause
 	sp := c.spans
 	executed := len(m.History()) // the transitions up to EXECUTING, audited with the claim
 	if aborts(cause) {
-		m.Fire(lifecycle.EventAbort, cause.Error())
+		m.Fire(lifecycle.EventAbort, Message(cause))
 		sp.transitioned(m, cause) // the phase in progress ends ABORTED
 		sp.phase("rollback")
 		m.Fire(lifecycle.EventRollback, "state restored to the pre-execution snapshot")
 	} else {
 		sp.ended(lifecycle.Executing, cause)
 		sp.phase("rollback")
-		m.Fire(lifecycle.EventFail, cause.Error())
+		m.Fire(lifecycle.EventFail, Message(cause))
 	}
 	if c.r.store.Err() == nil {
 		c.stage.discard() // before the rollback is recorded: the files are as they were

@@ -425,7 +425,7 @@ func TestExecute_LongErrorMessageIsCapped(t *testing.T) {
 	}
 	rec := checkAttempt(t, rt, res, lifecycle.RolledBack, pathRolled)
 	for what, m := range map[string]string{"result": res.Error.Message, "record": rec.Error.Message} {
-		if len(m) > 2048 || !utf8.ValidString(m) || !strings.HasSuffix(m, fmt.Sprintf("(%d bytes in all)", len(err.Error()))) || !strings.Contains(m, "no such file: éé") {
+		if len(m) > 2048 || !utf8.ValidString(m) || !strings.HasSuffix(m, fmt.Sprintf("(%d bytes in all)", len(tgruntime.Message(err)))) || !strings.Contains(m, "no such file: éé") {
 			t.Errorf("%s message: %d bytes, valid UTF-8 %v, ends %q", what, len(m), utf8.ValidString(m), m[max(0, len(m)-40):])
 		}
 	}

@@ -463,7 +463,7 @@ func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *too
 	entry, err := r.reg.Lookup(in.Tool, in.Version)
 	if err != nil {
 		return refuse(in, &IntentError{Code: "intent_tool_changed", IntentID: id,
-			Reason: fmt.Sprintf("%s@%s is no longer registered: %v", in.Tool, in.Version, err)})
+			Reason: fmt.Sprintf("%s@%s is no longer registered: %s", in.Tool, in.Version, Message(err))})
 	}
 	if in.Execution != nil {
 		return refuse(in, r.executedError(ctx, in.ID, in.Execution))

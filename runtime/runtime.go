@@ -143,7 +143,7 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 		rec.State = string(lifecycle.RolledBack)
 		rec.EndedAt = at
 		info := &ErrorInfo{Type: "ExecutionError", Code: "interrupted",
-			Message: "runtime: execution interrupted: the process ended while the tool ran; it was not run again"}
+			Message: "execution interrupted: the process ended while the tool ran; it was not run again"}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
 		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, eventExtras{}, nil), nil

@@ -193,7 +193,7 @@ func (r *Runtime) applyStaged(ctx context.Context, intents []fileIntent, keys []
 			// be overwritten by this one on the next Open. The staged file
 			// stays for the operator; toolgate doctor lists it.
 			errs = append(errs, err)
-			failed[keys[i]], _ = json.Marshal(parked{Intent: in, Error: err.Error(), At: r.opts.Now().UTC()})
+			failed[keys[i]], _ = json.Marshal(parked{Intent: in, Error: Message(err), At: r.opts.Now().UTC()})
 			continue
 		}
 		done = append(done, keys[i])
@@ -244,7 +244,7 @@ func parkedWrites(ctx context.Context, store *txn.Store, executionID string) ([]
 	for _, e := range es {
 		var p parked
 		if err := json.Unmarshal(e.Value, &p); err != nil {
-			out = append(out, "a parked write whose record is corrupt: "+err.Error())
+			out = append(out, "a parked write whose record is corrupt: "+Message(err))
 			continue
 		}
 		out = append(out, p.Error)

@@ -122,7 +122,7 @@ func (c *eventCollector) add(e txn.AuditEntry) bool {
 
 func (c *eventCollector) compare(rec *txn.Record) []Discrepancy {
 	if c.derr != nil {
-		return []Discrepancy{{Kind: "execution", ID: c.id, Field: "events", Detail: c.derr.Error()}}
+		return []Discrepancy{{Kind: "execution", ID: c.id, Field: "events", Detail: Message(c.derr)}}
 	}
 	return compareExecution(c.id, rec, c.evs)
 }
@@ -451,7 +451,7 @@ func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 		}
 		reason = "the stored intent disagrees with the audit log (" + strings.Join(parts, "; ") + ")"
 	} else if errors.Is(err, txn.ErrCorrupt) {
-		reason = "the audit log is damaged: " + err.Error()
+		reason = "the audit log is damaged: " + Message(err)
 	}
 	return &IntentError{Code: "intent_corrupt", IntentID: in.ID, Reason: reason + "; it was not run"}
 }
@@ -507,7 +507,7 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 		case errors.Is(err, txn.ErrNotFound):
 			rec = nil
 		case errors.Is(err, txn.ErrCorrupt):
-			return emit([]Discrepancy{{Kind: "execution", ID: id, Field: "record", Detail: err.Error()}})
+			return emit([]Discrepancy{{Kind: "execution", ID: id, Field: "record", Detail: Message(err)}})
 		case err != nil:
 			return err
 		default:
@@ -574,7 +574,7 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 		total++
 		switch {
 		case err != nil:
-			misfiled = append(misfiled, Discrepancy{Kind: "execution", ID: key, Field: "record", Detail: err.Error()})
+			misfiled = append(misfiled, Discrepancy{Kind: "execution", ID: key, Field: "record", Detail: Message(err)})
 		}
 		return len(misfiled) < 1000
 	})
@@ -749,7 +749,7 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 			rep.Keys++
 			w := &want{scope: e.Key}
 			if err := json.Unmarshal(e.Value, &w.rec); err != nil {
-				if err := emit([]Discrepancy{{Kind: "idempotency key", ID: e.Key, Field: "record", Detail: "the stored key does not decode: " + err.Error()}}); err != nil {
+				if err := emit([]Discrepancy{{Kind: "idempotency key", ID: e.Key, Field: "record", Detail: "the stored key does not decode: " + Message(err)}}); err != nil {
 					return err
 				}
 				continue

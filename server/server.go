@@ -351,7 +351,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 		return
 	}
 	if _, err := s.rt.Registry().Lookup(name, req.Version); err != nil {
-		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", tgruntime.Message(err), nil)
 		return
 	}
 	if req.BypassIdempotency && !s.mayBypass(w, who.Principal, name) {
@@ -434,15 +434,15 @@ func (s *Server) answer(w http.ResponseWriter, res *tgruntime.Result, err error)
 	case errors.As(err, &ie):
 		switch ie.Code {
 		case "idempotency_in_flight":
-			problem(w, http.StatusConflict, "idempotency-in-flight", "Idempotency key in flight", err.Error(), map[string]any{"callId": ie.CallID})
+			problem(w, http.StatusConflict, "idempotency-in-flight", "Idempotency key in flight", tgruntime.Message(err), map[string]any{"callId": ie.CallID})
 		case "idempotency_conflict":
-			problem(w, http.StatusUnprocessableEntity, "idempotency-conflict", "Idempotency key reused with a different request", err.Error(), map[string]any{"callId": ie.CallID})
+			problem(w, http.StatusUnprocessableEntity, "idempotency-conflict", "Idempotency key reused with a different request", tgruntime.Message(err), map[string]any{"callId": ie.CallID})
 		default:
-			problem(w, http.StatusBadRequest, "bad-idempotency-key", "Invalid Idempotency-Key", err.Error(), nil)
+			problem(w, http.StatusBadRequest, "bad-idempotency-key", "Invalid Idempotency-Key", tgruntime.Message(err), nil)
 		}
 		return
 	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
-		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", tgruntime.Message(err), nil)
 		return
 	case res == nil && errors.Is(err, tgruntime.ErrClosed):
 		// Refused before it ran. An invocation aborted by the shutdown has
@@ -554,7 +554,7 @@ func (s *Server) checkStore() bool {
 	}
 	if s.storeLogged.CompareAndSwap(false, true) {
 		s.log.Error("toolgate: the store failed; executions are refused and /readyz answers 503 until the server is restarted",
-			"cause", strings.TrimPrefix(err.Error(), "txn: "))
+			"cause", tgruntime.Message(err))
 	}
 	return true
 }
@@ -571,7 +571,7 @@ func errorMessage(res *tgruntime.Result) string {
 	if res.Error == nil {
 		return string(res.State)
 	}
-	return strings.TrimPrefix(res.Error.Message, "runtime: ")
+	return res.Error.Message // in the user's terms (tgruntime.Message)
 }
 
 // withBody bounds the memory request bodies take: a body longer than
@@ -768,7 +768,7 @@ func (s *Server) getTool(w http.ResponseWriter, r *http.Request, _ TokenConfig) 
 	version := r.URL.Query().Get("version")
 	e, err := s.rt.Registry().Lookup(name, version)
 	if err != nil {
-		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", tgruntime.Message(err), nil)
 		return
 	}
 	writeJSON(w, http.StatusOK, e.Declaration())
@@ -837,9 +837,9 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig
 	var ve *tgruntime.ValidationError
 	switch {
 	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
-		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", err.Error(), nil)
+		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", tgruntime.Message(err), nil)
 	case errors.As(err, &ve):
-		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", err.Error(), nil)
+		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", tgruntime.Message(err), nil)
 	case err != nil:
 		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
@@ -859,9 +859,9 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 	case errors.As(err, &ie) && ie.Code == "intent_not_found":
 		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", nil)
 	case errors.As(err, &ie) && ie.Code == "intent_malformed":
-		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", err.Error(), nil)
+		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", tgruntime.Message(err), nil)
 	case errors.As(err, &ie):
-		problem(w, http.StatusConflict, "intent-decided", "Already decided", err.Error(), nil)
+		problem(w, http.StatusConflict, "intent-decided", "Already decided", tgruntime.Message(err), nil)
 	case err != nil:
 		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
@@ -921,15 +921,15 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	}
 	switch ie.Code {
 	case "intent_malformed":
-		problem(w, http.StatusBadRequest, "intent-malformed", "Malformed intent id or hash", err.Error(), ext)
+		problem(w, http.StatusBadRequest, "intent-malformed", "Malformed intent id or hash", tgruntime.Message(err), ext)
 	case "intent_not_found":
 		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", ext)
 	case "intent_pending", "intent_rejected":
-		problem(w, http.StatusForbidden, "intent-not-approved", "Intent not approved", err.Error(), ext)
+		problem(w, http.StatusForbidden, "intent-not-approved", "Intent not approved", tgruntime.Message(err), ext)
 	case "intent_in_flight", "intent_already_executed":
-		problem(w, http.StatusConflict, "intent-executed", "Intent already executed", err.Error(), ext)
+		problem(w, http.StatusConflict, "intent-executed", "Intent already executed", tgruntime.Message(err), ext)
 	default: // hash mismatch, tool changed, corrupt
-		problem(w, http.StatusUnprocessableEntity, "intent-refused", "Intent refused", err.Error(), ext)
+		problem(w, http.StatusUnprocessableEntity, "intent-refused", "Intent refused", tgruntime.Message(err), ext)
 	}
 }
 

@@ -230,5 +230,8 @@ func (f *FS) translate(name string, err error) error {
 	if errors.As(err, &pe) && pe.Err.Error() == "path escapes from parent" {
 		return &AccessError{Capability: f.capName + ":" + name, Reason: "path escapes the granted root (symbolic link or ..)"}
 	}
+	if pe != nil && pe.Path == name {
+		return fmt.Errorf("tools: %w", err) // it names the path
+	}
 	return fmt.Errorf("tools: %s: %w", name, err)
 }

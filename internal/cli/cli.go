@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // Exit codes. exitCodes is the one table of what they mean: the --help
@@ -26,7 +29,7 @@ const (
 	ExitInternal  = 1 // not done: a process tool's command failed, the database failed, an internal error
 	ExitUsage     = 2 // bad flags or arguments, unknown tool or version
 	ExitFailed    = 3 // FAILED: the input is not valid
-	ExitDenied    = 4 // DENIED, or refused before running (intent, idempotency key)
+	ExitDenied    = 4 // DENIED or outside the granted scopes, or refused before running (intent, idempotency key)
 	ExitAborted   = 5 // ABORTED then ROLLED_BACK: a timeout, a limit, or a cancel
 	ExitRollback  = 6 // ROLLED_BACK: the tool failed or its output was invalid
 	// ExitVerify (7, audit verification failed) is declared with the audit
@@ -39,14 +42,14 @@ var exitCodes = []struct {
 	code    int
 	meaning string
 }{
-	{ExitCompleted, "COMPLETED (for a process tool, the command exited 0)"},
-	{ExitInternal, "not done: the command a process tool ran failed (a non-zero exit, a signal, `timeout_seconds`; the call is COMPLETED and its result says how); or the database failed (it cannot be opened, or a write failed or conflicted: a full disk, a read-only file system; a `StateError`); or an internal error"},
-	{ExitUsage, "usage error: bad flags or arguments, unknown tool or version"},
+	{ExitCompleted, "COMPLETED (for a process tool, the command exited 0). A replay (an executed intent run again, a repeated `--idempotency-key`) runs nothing, says `replayed`, and exits with its stored outcome's code: 0 for a stored COMPLETED"},
+	{ExitInternal, "not done: the command a process tool ran failed (a non-zero exit, a signal, `timeout_seconds`; the call is COMPLETED and its result says how); or the database failed (it cannot be opened, another process holds its lock, or a write failed or conflicted: a full disk, a read-only file system; a `StateError`); or `doctor` found something broken; or an internal error"},
+	{ExitUsage, "usage error: bad flags or arguments, an unknown tool or version, an unknown or malformed intent id, a policy or registry file that does not load"},
 	{ExitFailed, "FAILED: the input does not match the tool's schema"},
-	{ExitDenied, "DENIED: a required capability was not granted (see `--allow`); or refused before it ran: an intent that may not run, an idempotency key in conflict or in flight"},
+	{ExitDenied, "DENIED: a required capability was not granted, or a path or command is outside the granted scopes (the tool's handle refuses it as the tool runs: ROLLED_BACK with an `AuthorizationError`); the message names the `--allow` that grants it. Or refused before it ran: an intent that may not run (pending, rejected, changed), an idempotency key in conflict or in flight, an approval declined"},
 	{ExitAborted, "ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel"},
 	{ExitRollback, "ROLLED_BACK: the tool failed, or its output did not match its schema"},
-	{ExitVerify, "`audit verify`: an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify"},
+	{ExitVerify, "verification failed: `audit verify` (an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify); `show` or `intent show` (the record or intent does not match the audit log)"},
 }
 
 // exitCodesHelp is exitCodes as --help shows it.
@@ -94,21 +97,42 @@ func (e *exitError) Error() string {
 }
 
 func usageErr(format string, args ...any) error {
-	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			args[i] = userError{err} // %v prints it in the user's terms, %w still wraps it
+		}
+	}
+	return &exitError{code: ExitUsage, err: userError{fmt.Errorf(format, args...)}}
 }
 
-func internalErr(err error) error { return &exitError{code: ExitInternal, err: err} }
+func internalErr(err error) error { return &exitError{code: ExitInternal, err: userError{err}} }
+
+// userError is err as a person reads it: its text is
+// tgruntime.Message(err) (no Go package prefixes, no system call names:
+// issue 17 §5), and errors.Is and errors.As see err.
+type userError struct{ err error }
+
+func (e userError) Error() string { return tgruntime.Message(e.err) }
+func (e userError) Unwrap() error { return e.err }
 
 // Main runs the toolgate command with args and returns its exit code. It
-// never panics on bad input and never prints a stack trace.
+// never panics on bad input and never prints a stack trace. With --json,
+// every failure prints one JSON object on stdout: the command's own (a
+// result, a report) when it printed one, else an error object (jsonError),
+// failures before the lifecycle included.
 func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
+	out := &countingWriter{w: stdio.Out}
+	stdio.Out = out
+	root, g := newRoot(stdio)
 	defer func() {
 		if p := recover(); p != nil {
 			fmt.Fprintf(stdio.Err, "toolgate: internal error: %v\n", p)
 			code = ExitInternal
+			if (g.json || jsonFlag(args)) && out.n == 0 {
+				writeJSONError(out, code, fmt.Errorf("internal error: %v", p))
+			}
 		}
 	}()
-	root, g := newRoot(stdio)
 	defer g.closeGateway()
 	root.SetArgs(args)
 	root.SetIn(stdio.In)
@@ -120,14 +144,93 @@ func Main(ctx context.Context, args []string, stdio Stdio) (code int) {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
+		code = ee.code
 		if ee.err != nil {
-			fmt.Fprintf(stdio.Err, "toolgate: %v\n", ee.err)
+			fmt.Fprintf(stdio.Err, "toolgate: %s\n", tgruntime.Message(ee.err))
 		}
-		return ee.code
+		err = ee.err
+	} else {
+		// cobra's own errors: unknown command or flag, wrong arguments.
+		code = ExitUsage
+		fmt.Fprintf(stdio.Err, "toolgate: %s\nRun 'toolgate --help' for usage.\n", tgruntime.Message(err))
 	}
-	// cobra's own errors: unknown command or flag, wrong arguments.
-	fmt.Fprintf(stdio.Err, "toolgate: %v\nRun 'toolgate --help' for usage.\n", err)
-	return ExitUsage
+	if (g.json || jsonFlag(args)) && out.n == 0 {
+		writeJSONError(out, code, err)
+	}
+	return code
+}
+
+// jsonFlag reports whether args ask for --json, for a failure before the
+// flags were parsed (a bad flag, an unknown command).
+func jsonFlag(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
+}
+
+// countingWriter counts what a command wrote on stdout: with --json, a
+// command that printed its own JSON object prints no error object after it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// jsonError is the object --json prints on stdout for a failure that
+// printed nothing else there: the error as a result carries it (type,
+// code, message) and the exit code.
+type jsonError struct {
+	Error struct {
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+	ExitCode int `json:"exitCode"`
+}
+
+// exitErrorCodes name the failure of each exit code, for an error that is
+// none of the runtime's classified errors.
+var exitErrorCodes = map[int][2]string{
+	ExitInternal: {"InternalError", "internal"},
+	ExitUsage:    {"UsageError", "usage"},
+	ExitFailed:   {"ValidationError", "invalid_input"},
+	ExitDenied:   {"AuthorizationError", "denied"},
+	ExitAborted:  {"ResourceError", "aborted"},
+	ExitRollback: {"ExecutionError", "rolled_back"},
+	ExitVerify:   {"VerificationError", "not_verified"},
+}
+
+func writeJSONError(w io.Writer, code int, err error) {
+	var j jsonError
+	j.ExitCode = code
+	names := exitErrorCodes[code]
+	j.Error.Type, j.Error.Code = names[0], names[1]
+	if info := tgruntime.Classify(err); info != nil && code != ExitUsage {
+		j.Error.Type, j.Error.Code = info.Type, info.Code
+	}
+	switch {
+	case errors.Is(err, txn.ErrLocked):
+		j.Error.Code = "database_locked"
+	case code == ExitUsage && (errors.Is(err, tools.ErrToolNotFound) || errors.Is(err, tools.ErrVersionNotFound)):
+		j.Error.Code = "tool_not_found"
+	}
+	j.Error.Message = tgruntime.Message(err)
+	if err == nil {
+		j.Error.Message = fmt.Sprintf("exit %d", code)
+	}
+	b, _ := json.MarshalIndent(j, "", "  ")
+	w.Write(append(b, '\n'))
 }
 
 type globals struct {

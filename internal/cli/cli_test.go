@@ -26,6 +26,7 @@ func toolgate(t *testing.T, stdin string, args ...string) run {
 	if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "panic:") {
 		t.Fatalf("stack trace on stderr:\n%s", errb.String())
 	}
+	scanRun(t, args, out.String(), errb.String())
 	return run{code, out.String(), errb.String()}
 }
 
@@ -69,7 +70,7 @@ func TestRun_ExitCodes(t *testing.T) {
 		{"denied: wrong capability", []string{"run", "file.read", "--allow", "filesystem.write:.", "--input", `{"path":"hello.txt"}`}, ExitDenied, "DENIED"},
 		{"aborted: file size limit", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"big.txt"}`}, ExitAborted, "file_size_limit"},
 		{"rolled back: tool error", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"sub"}`}, ExitRollback, "not a regular file"},
-		{"rolled back: outside the grant", []string{"run", "file.read", "--allow", "filesystem.read:sub", "--input", `{"path":"hello.txt"}`}, ExitRollback, "outside the granted scopes"},
+		{"denied: outside the grant", []string{"run", "file.read", "--allow", "filesystem.read:sub", "--input", `{"path":"hello.txt"}`}, ExitDenied, "--allow filesystem.read:"},
 		{"usage: unknown tool", []string{"run", "no.such.tool"}, ExitUsage, "toolgate tools"},
 		{"usage: unknown version", []string{"run", "file.read@9.0.0", "--allow", "filesystem.read:."}, ExitUsage, "9.0.0"},
 		{"usage: bad capability", []string{"run", "file.read", "--allow", "Not A Cap"}, ExitUsage, "--allow"},

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,6 +181,163 @@ func TestExitCodes_README(t *testing.T) {
 	for _, e := range exitCodes {
 		if !strings.Contains(help.stdout, fmt.Sprintf("\n  %d  ", e.code)) {
 			t.Errorf("--help lacks exit code %d:\n%s", e.code, help.stdout)
+		}
+	}
+}
+
+// Every row of exitCodes, through the CLI as a user runs it (issue 17 §6):
+// each case exits with its row's code and says what its row says on
+// stderr, and with --json prints exactly one JSON object on stdout: a
+// result or report the command prints, or else the error object
+// ({"error": {type, code, message}, "exitCode"}), failures before the
+// lifecycle included. Every row has a case.
+func TestExitCodes_EveryRow(t *testing.T) {
+	exe := testchild.Path(t) // built from the module, before leaving it
+	const (
+		result = "result" // a run result: {"state": ...}
+		report = "report" // the command's own report
+		object = "error"  // the error object
+	)
+	in := `{"path":"hello.txt"}`
+	read := []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", in}
+	approvedIntent := func(t *testing.T) []string {
+		r := toolgate(t, "", "intent", "propose", "file.read", "--input", in)
+		m := proposedRE.FindStringSubmatch(r.stdout)
+		if m == nil {
+			t.Fatalf("propose: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if r := toolgate(t, "", "intent", "approve", m[1], "--yes"); r.code != 0 {
+			t.Fatalf("approve: exit %d\n%s", r.code, r.stderr)
+		}
+		return []string{"run", "--intent", m[1], "--hash", m[2], "--allow", "filesystem.read:."}
+	}
+	first := func(args ...string) func(t *testing.T) []string {
+		return func(t *testing.T) []string {
+			if r := toolgate(t, "", args...); r.code != 0 {
+				t.Fatalf("%q: exit %d\n%s", args, r.code, r.stderr)
+			}
+			return args
+		}
+	}
+	locked := func(args ...string) func(t *testing.T) []string {
+		return func(t *testing.T) []string {
+			first(read...)(t)
+			store, err := txn.Open(os.Getenv("TOOLGATE_DB"), nil) // holds the lock until the test ends
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { store.Close() })
+			return args
+		}
+	}
+	args := func(a ...string) func(*testing.T) []string { return func(*testing.T) []string { return a } }
+	execInput := func(code string) string { return fmt.Sprintf(`{"command":%q,"args":["exit",%q]}`, exe, code) }
+	cases := []struct {
+		name   string
+		code   int
+		args   func(t *testing.T) []string
+		stderr string
+		json   string
+	}{
+		{"completed", ExitCompleted, args(read...), "COMPLETED file.read", result},
+		{"replayed intent", ExitCompleted, func(t *testing.T) []string { return first(approvedIntent(t)...)(t) }, "replayed", result},
+		{"replayed idempotency key", ExitCompleted, first(append(read, "--idempotency-key", "k1")...), "replayed", result},
+
+		{"command failed", ExitInternal, args("run", "exec_status", "--allow", "process.exec:"+exe, "--allow", "filesystem.read:.", "--input", execInput("3")),
+			"the command exited with status 3", result},
+		{"database locked", ExitInternal, locked(read...), "locked by another process", object},
+		{"doctor: database locked", ExitInternal, locked("doctor"), "locked by another process", report},
+
+		{"unknown tool", ExitUsage, args("run", "no.such.tool"), "'toolgate tools' lists", object},
+		{"unknown version", ExitUsage, args("run", "file.read@9.0.0", "--allow", "filesystem.read:."), "9.0.0", object},
+		{"bad flag", ExitUsage, args("run", "file.read", "--frobnicate"), "unknown flag", object},
+		{"bad flag value", ExitUsage, args("executions", "--limit", "many"), `"many" is not a whole number`, object},
+		{"unknown command", ExitUsage, args("explode"), "unknown command", object},
+		{"malformed intent", ExitUsage, args("run", "--intent", "nope", "--hash", "x"), "intent", object},
+
+		{"invalid input", ExitFailed, args("run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`), "/path", result},
+
+		{"capability not granted", ExitDenied, args("run", "file.read", "--input", in), "--allow filesystem.read:PATH", result},
+		{"path outside the grant", ExitDenied, args("run", "file.read", "--allow", "filesystem.read:sub", "--input", in), "--allow filesystem.read:", result},
+		{"command outside the grant", ExitDenied, args("run", "exec_status", "--allow", "process.exec:/bin/true", "--allow", "filesystem.read:.", "--input", execInput("0")),
+			"--allow process.exec:", result},
+		{"intent pending", ExitDenied, func(t *testing.T) []string {
+			r := toolgate(t, "", "intent", "propose", "file.read", "--input", in)
+			m := proposedRE.FindStringSubmatch(r.stdout)
+			if m == nil {
+				t.Fatalf("propose: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			return []string{"run", "--intent", m[1], "--hash", m[2], "--allow", "filesystem.read:."}
+		}, "not approved yet", object},
+		{"idempotency key conflict", ExitDenied, func(t *testing.T) []string {
+			first("run", "file.read", "--allow", "filesystem.read:.", "--idempotency-key", "k1", "--input", in)(t)
+			return []string{"run", "file.read", "--allow", "filesystem.read:.", "--idempotency-key", "k1", "--input", `{"path":"sub"}`}
+		}, "different request", object},
+
+		{"file size limit", ExitAborted, args("run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"big.txt"}`), "file_size_limit", result},
+		{"tool error", ExitRollback, args("run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"sub"}`), "not a regular file", result},
+		{"audit verify: not a checkpoint", ExitVerify, func(t *testing.T) []string {
+			first(read...)(t)
+			first("audit", "checkpoint")(t)
+			must(t, os.WriteFile("cp.txt", []byte("hello\n"), 0o600))
+			return []string{"audit", "verify", "--checkpoint", "cp.txt"}
+		}, "rejected", report},
+	}
+	covered := map[int]bool{}
+	for _, tc := range cases {
+		covered[tc.code] = true
+		for _, asJSON := range []bool{false, true} {
+			name := tc.name
+			if asJSON {
+				name += " --json"
+			}
+			t.Run(name, func(t *testing.T) {
+				workdir(t)
+				a := tc.args(t)
+				if asJSON {
+					a = append(slices.Clone(a), "--json")
+				}
+				r := toolgate(t, "", a...)
+				says := !asJSON || tc.json != result // --json prints the result instead
+				if r.code != tc.code || (says && !strings.Contains(r.stdout+r.stderr, tc.stderr)) {
+					t.Fatalf("%q: exit %d, want %d saying %q (stdout or stderr)\nstdout: %s\nstderr: %s", a, r.code, tc.code, tc.stderr, r.stdout, r.stderr)
+				}
+				if !asJSON {
+					return
+				}
+				var obj map[string]json.RawMessage
+				dec := json.NewDecoder(strings.NewReader(r.stdout))
+				if err := dec.Decode(&obj); err != nil || dec.More() {
+					t.Fatalf("%q: stdout is not one JSON object (%v):\n%s", a, err, r.stdout)
+				}
+				switch tc.json {
+				case result:
+					var res struct {
+						State string
+						Error *struct{ Message string }
+					}
+					json.Unmarshal([]byte(r.stdout), &res)
+					if res.State == "" || (res.State != "COMPLETED" && (res.Error == nil || res.Error.Message == "")) {
+						t.Fatalf("%q: not a result with its error:\n%s", a, r.stdout)
+					}
+				case object:
+					var e struct {
+						Error *struct {
+							Type, Code, Message string
+						}
+						ExitCode *int
+					}
+					json.Unmarshal([]byte(r.stdout), &e)
+					if e.Error == nil || e.Error.Type == "" || e.Error.Code == "" || e.Error.Message == "" || e.ExitCode == nil || *e.ExitCode != tc.code {
+						t.Fatalf("%q: not the error object of exit %d:\n%s", a, tc.code, r.stdout)
+					}
+				}
+			})
+		}
+	}
+	for _, e := range exitCodes {
+		if !covered[e.code] {
+			t.Errorf("exit code %d has no case", e.code)
 		}
 	}
 }

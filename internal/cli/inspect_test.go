@@ -281,7 +281,9 @@ func TestShow_NotFound(t *testing.T) {
 	for _, id := range []string{"00000000-0000-0000-0000-000000000000", "not an id", "", strings.Repeat("x", 5000), "\x1b[31mred"} {
 		for _, args := range [][]string{{"show", id}, {"show", id, "--json"}} {
 			r := toolgate(t, "", args...)
-			if r.code != ExitUsage || !strings.HasPrefix(r.stderr, "toolgate: no execution ") || r.stdout != "" {
+			var j jsonError
+			if r.code != ExitUsage || !strings.HasPrefix(r.stderr, "toolgate: no execution ") ||
+				(len(args) == 2 && r.stdout != "") || (len(args) == 3 && (json.Unmarshal([]byte(r.stdout), &j) != nil || j.Error.Code != "usage")) {
 				t.Fatalf("show %.40q: exit %d\n%s%s", id, r.code, r.stdout, r.stderr)
 			}
 			if strings.ContainsRune(r.stderr, '\x1b') {

@@ -388,8 +388,7 @@ without --yes, nothing is approved. A decision is final.`,
 					fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
 					line, _ := readLine(stdio.In, maxAnswer) // too long, or no answer: not a yes
 					if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-						fmt.Fprintln(stdio.Err, "not approved")
-						return &exitError{code: ExitDenied}
+						return &exitError{code: ExitDenied, err: errors.New("not approved")}
 					}
 				}
 				it, err = rt.Approve(cmd.Context(), it.ID, by)

@@ -18,6 +18,7 @@ func toolgateTTY(t *testing.T, stdin string, args ...string) run {
 	if strings.Contains(errb.String(), "goroutine ") || strings.Contains(errb.String(), "panic:") {
 		t.Fatalf("stack trace on stderr:\n%s", errb.String())
 	}
+	scanRun(t, args, out.String(), errb.String())
 	return run{code, out.String(), errb.String()}
 }
 
@@ -87,7 +88,7 @@ func TestIntent_CLI(t *testing.T) {
 		t.Fatalf("approved intent: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = toolgate(t, "", runIntent...)
-	if r.code != ExitDenied || !strings.Contains(r.stderr, "replayed") || !strings.Contains(r.stderr, "already_executed") || !strings.Contains(r.stdout, "hello") {
+	if r.code != ExitCompleted || !strings.Contains(r.stderr, "replayed") || !strings.Contains(r.stderr, "already_executed") || !strings.Contains(r.stdout, "hello") {
 		t.Fatalf("second run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = toolgate(t, "", "intent", "show", id, "--json")

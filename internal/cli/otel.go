@@ -254,5 +254,5 @@ func (f *forwarder) Handle(err error) {
 }
 
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return strings.Join(strings.Fields(tgruntime.Message(err)), " ")
 }

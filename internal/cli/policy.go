@@ -49,7 +49,7 @@ func (g *globals) policy() (*capability.Policy, error) {
 	}
 	p, err := capability.LoadPolicy(path)
 	if err != nil {
-		return p, usageErr("%s: %s", from, strings.TrimPrefix(err.Error(), "capability: "))
+		return p, usageErr("%s: %v", from, err)
 	}
 	return p, nil
 }

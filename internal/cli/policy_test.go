@@ -68,8 +68,8 @@ func TestRun_Principal(t *testing.T) {
 		t.Fatalf("alice: code %d\n%s", r.code, r.stderr)
 	}
 	// bob holds only sub/: authorized (file.read requires filesystem.read),
-	// but the handle refuses hello.txt.
-	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "bob", "file.read", "--input", in); r.code != ExitRollback || !strings.Contains(r.stderr, "outside the granted scopes") {
+	// but the handle refuses hello.txt: an authorization failure, exit 4.
+	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "bob", "file.read", "--input", in); r.code != ExitDenied || !strings.Contains(r.stderr, "outside the granted scopes") {
 		t.Fatalf("bob: code %d\n%s", r.code, r.stderr)
 	}
 	// --allow adds to what the policy gives.

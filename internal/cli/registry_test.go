@@ -84,10 +84,11 @@ func TestRun_ExecCapture(t *testing.T) {
 	}
 	// process.exec:true meets the tool's unscoped process.exec
 	// requirement, but the handle refuses git itself: a recorded denial
-	// and a rollback.
+	// and a rollback, exit 4 (an authorization failure) with the --allow
+	// that grants it.
 	r = toolgate(t, "", "run", "exec_capture", "--allow", "process.exec:true", "--allow", "filesystem.read:.",
 		"--input", `{"command":"git","args":["--version"]}`)
-	if r.code != ExitRollback || !strings.Contains(r.stderr, "capability_boundary") {
+	if r.code != ExitDenied || !strings.Contains(r.stderr, "capability_boundary") || !strings.Contains(r.stderr, "--allow process.exec:git") {
 		t.Fatalf("git not granted: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -94,7 +94,7 @@ as --principal, by default cli:$USER.
 				who = principal()
 			}
 			if err := tgruntime.CheckIdentity(who, callID); err != nil {
-				return usageErr("--principal or --call-id: %v", strings.TrimPrefix(err.Error(), "runtime: "))
+				return usageErr("--principal or --call-id: %v", err)
 			}
 			in, err := readInput(input, stdio.In)
 			if err != nil {
@@ -166,14 +166,14 @@ as --principal, by default cli:$USER.
 				return storeErr(err, se, res)
 			}
 			if res.Replayed {
+				// A replay exits with the stored outcome's code: an executed
+				// intent run again, or a repeated idempotency key, whose
+				// stored result is COMPLETED exits 0, and says it is a replay.
 				why := "the idempotency key holds it"
 				if errors.Is(err, tgruntime.ErrIntent) {
-					why = strings.TrimPrefix(err.Error(), "runtime: ")
+					why = tgruntime.Message(err)
 				}
 				fmt.Fprintf(stdio.Err, "replayed: the stored result of call %s; nothing ran: %s\n", res.CallID, why)
-				if errors.Is(err, tgruntime.ErrIntent) {
-					return &exitError{code: ExitDenied} // the intent was not run again
-				}
 			}
 			if code := exitCode(res); code != ExitCompleted {
 				return &exitError{code: code}
@@ -253,7 +253,7 @@ func (g *globals) registry() (*tools.Registry, error) {
 	if err != nil {
 		gw.Close()
 		if errors.Is(err, tools.ErrRegistryFile) {
-			return nil, usageErr("--registry: %s", strings.TrimPrefix(err.Error(), "tools: "))
+			return nil, usageErr("--registry: %v", err)
 		}
 		return nil, internalErr(err)
 	}
@@ -265,7 +265,7 @@ func (g *globals) registry() (*tools.Registry, error) {
 func (g *globals) closeGateway() {
 	if g.gateway != nil {
 		if err := g.gateway.Close(); err != nil && g.stderr != nil {
-			fmt.Fprintf(g.stderr, "toolgate: %v\n", err)
+			fmt.Fprintf(g.stderr, "toolgate: %s\n", tgruntime.Message(err))
 		}
 		g.gateway = nil
 	}
@@ -332,7 +332,7 @@ func refusedErr(err error) error {
 	}
 	var ke *tgruntime.IdempotencyError
 	if errors.As(err, &ke) && ke.Code == "idempotency_invalid" {
-		return usageErr("--idempotency-key: %s", strings.TrimPrefix(err.Error(), "runtime: "))
+		return usageErr("--idempotency-key: %v", err)
 	}
 	return &exitError{code: ExitDenied, err: err}
 }
@@ -392,8 +392,16 @@ func principal() string {
 	return fmt.Sprintf("cli:uid-%d", os.Getuid())
 }
 
-// exitCode maps the final state to the documented exit code.
+// exitCode maps the final state to the documented exit code. A path or
+// command outside the granted scopes is an authorization failure, exit 4
+// like a DENIED, though the tool's handle found it during execution (so
+// the call ended ROLLED_BACK with an AuthorizationError): a process tool's
+// command and working directory, a file tool's path, are in the input, and
+// the runtime checks a capability's scope where the tool uses it.
 func exitCode(res *tgruntime.Result) int {
+	if res.Error != nil && res.Error.Type == "AuthorizationError" {
+		return ExitDenied
+	}
 	switch res.State {
 	case lifecycle.Completed:
 		return ExitCompleted
@@ -441,10 +449,16 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error)
 		}
 	}
 	if res.Error != nil {
-		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, strings.TrimPrefix(res.Error.Message, "runtime: "))
+		fmt.Fprintf(stdio.Err, "%s (%s): %s\n", res.Error.Type, res.Error.Code, tgruntime.Message(errors.New(res.Error.Message))) // a record of an earlier version may hold a Go prefix
 		var ae *tgruntime.AuthorizationError
-		if errors.As(execErr, &ae) && len(ae.Missing) > 0 && ae.Reason == "" {
+		var acc *tools.AccessError
+		switch {
+		case errors.As(execErr, &ae) && len(ae.Missing) > 0 && ae.Reason == "":
 			fmt.Fprintln(stdio.Err, denyHint(ae.Missing))
+		case errors.As(execErr, &acc):
+			if c, err := capability.Parse(acc.Capability); err == nil {
+				fmt.Fprintln(stdio.Err, denyHint([]capability.Capability{c}))
+			}
 		}
 	}
 	return nil
