@@ -115,6 +115,18 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	return res, err
 }
 
+// Required returns what a call of e's tool with input (valid against its
+// input schema) requires, as rule 2 decides it: the declared capabilities
+// and those the input scopes (tools.Declaration.RequiredFor), relative
+// paths taken from the runtime's working directory. For a caller that
+// checks a decision ahead of Execute (an approval flow); Execute decides
+// again.
+func (r *Runtime) Required(e *tools.Entry, input json.RawMessage) ([]capability.Capability, error) {
+	d := e.Declaration()
+	required, _, err := d.RequiredFor(input, r.opts.WorkDir)
+	return required, err
+}
+
 // extras are the attempt's audit event extras; decided says whether the
 // events include the capability decision's.
 func (c *call) extras(decided bool) eventExtras {
@@ -288,13 +300,21 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rule 2: capability authorization, deny by default.
 	sp.phase("authorize")
-	d := r.policy.Decide(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, c.inv.Grants, r.opts.Now())
+	// What this input requires: the declared capabilities and those its
+	// validated fields scope (tools.InputCapability). The tool's handles
+	// reach what met them (reach: an input's scope is checked here, and
+	// confined at execution by the grants that covered it).
+	required, reach, reqErr := c.decl.RequiredFor(c.inv.Input, r.opts.WorkDir)
+	d := r.policy.Decide(c.inv.Principal, c.decl.ID, required, c.inv.Grants, r.opts.Now())
 	rec.Capabilities = capability.Strings(d.Granted)
-	if c.decl.RequiresApproval && c.intent == nil && d.Allowed() {
+	switch {
+	case reqErr != nil && d.Reason == "":
+		d.Reason = reqErr.Error()
+	case c.decl.RequiresApproval && c.intent == nil && d.Allowed():
 		d.Reason = c.decl.Key() + " requires an approved intent: propose it, have it approved, and run it with the intent's id and hash"
 	}
 	c.decision = decisionRecord(d)
-	c.grants = d.Effective()
+	c.grants = capability.Decision{Required: reach, Granted: d.Granted}.Effective()
 	if !d.Allowed() {
 		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
 			Missing: d.Missing, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
