@@ -115,6 +115,9 @@ func decodeJSON(b []byte) (any, error) {
 	if !utf8.Valid(b) {
 		return nil, errors.New("not valid UTF-8")
 	}
+	if err := pairedSurrogates(b); err != nil {
+		return nil, err
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
@@ -128,6 +131,59 @@ func decodeJSON(b []byte) (any, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// pairedSurrogates refuses a JSON text (valid, or about to be refused as
+// invalid) with a \u escape of half a UTF-16 surrogate pair: it names no
+// character, so it is no valid Unicode text (I-JSON, RFC 7493 2.1), and
+// encoding/json would silently turn it into U+FFFD, handing the tool a
+// name other than the one given.
+func pairedSurrogates(b []byte) error {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range b[i+2 : i+6] {
+			switch {
+			case '0' <= c && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case 'a' <= c && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case 'A' <= c && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i < len(b); {
+		r, ok := hex4(i)
+		switch {
+		case !ok:
+			i += 2 // another escape, \\ included
+		case 0xD800 <= r && r <= 0xDBFF:
+			if lo, ok := hex4(i + 6); ok && 0xDC00 <= lo && lo <= 0xDFFF {
+				i += 12
+				break
+			}
+			return fmt.Errorf("not valid Unicode: the escape \\u%04x at offset %d is half of a UTF-16 surrogate pair, without its other half", r, i)
+		case 0xDC00 <= r && r <= 0xDFFF:
+			return fmt.Errorf("not valid Unicode: the escape \\u%04x at offset %d is half of a UTF-16 surrogate pair, without its other half", r, i)
+		default:
+			i += 6
+		}
+		if i >= len(b) {
+			break
+		}
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+	}
+	return nil
 }
 
 // noDuplicateKeys refuses a JSON value (already known to be valid) in
