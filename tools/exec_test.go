@@ -613,7 +613,7 @@ func TestBuiltins_ProcessTools(t *testing.T) {
 			t.Errorf("exec is not marked as the compatibility path: %q", d.Description)
 		}
 	}
-	want := "file.read file.read file.list file.write which_command exec_status exec_capture exec_with_input exec"
+	want := "file.read file.read file.read file.list file.list file.write file.write which_command exec_status exec_capture exec_with_input exec"
 	if got := strings.Join(ids, " "); got != want {
 		t.Errorf("Builtins() = %s; want %s", got, want)
 	}
