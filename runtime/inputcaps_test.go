@@ -121,8 +121,9 @@ func TestExecute_ProcessToolRequiresFilesystemOnlyForCwd(t *testing.T) {
 
 // pathInput is the input of the Go tool below: an optional file to read.
 type pathInput struct {
-	Path string `json:"path,omitempty"`
-	NS   string `json:"ns,omitempty"`
+	Path  string `json:"path,omitempty"`
+	NS    string `json:"ns,omitempty"`
+	Probe bool   `json:"probe,omitempty"`
 }
 
 type pathOutput struct {
@@ -151,7 +152,8 @@ func TestExecute_GoToolInputCapabilities(t *testing.T) {
   "type": "object",
   "properties": {
     "path": {"type": "string", "description": "a file to read"},
-    "ns": {"type": "string", "description": "a state namespace to write"}
+    "ns": {"type": "string", "description": "a state namespace to write"},
+    "probe": {"type": "boolean", "description": "try the granted file and namespace without naming them"}
   },
   "required": [],
   "additionalProperties": false
@@ -168,6 +170,15 @@ func TestExecute_GoToolInputCapabilities(t *testing.T) {
 	}, func(ctx context.Context, env *tools.Env, in pathInput) (pathOutput, error) {
 		ran.Add(1)
 		var out pathOutput
+		if in.Probe { // the handles expose an input capability only to a call that required it
+			if f, err := env.FS("filesystem.read").Open(filepath.Join(dir, "notes.txt")); err == nil {
+				f.Close()
+				out.Content += "read "
+			}
+			if err := env.State.Put("orders", "k", []byte("v")); err == nil {
+				out.Content += "wrote"
+			}
+		}
 		if in.Path != "" {
 			f, err := env.FS("filesystem.read").Open(in.Path)
 			if err != nil {
@@ -198,6 +209,7 @@ func TestExecute_GoToolInputCapabilities(t *testing.T) {
 		runs     bool
 	}{
 		{"neither field", `{}`, lifecycle.Completed, []string{}, true},
+		{"neither field, probing", `{"probe": true}`, lifecycle.Completed, []string{}, true},
 		{"empty path", `{"path": ""}`, lifecycle.Completed, []string{}, true},
 		{"path in the grant", `{"path": "` + dir + `/notes.txt"}`, lifecycle.Completed, []string{"filesystem.read:" + dir + "/notes.txt"}, true},
 		{"path outside the grant", `{"path": "` + outside + `/secret.txt"}`, lifecycle.Denied, []string{"filesystem.read:" + outside + "/secret.txt"}, false},
@@ -213,6 +225,9 @@ func TestExecute_GoToolInputCapabilities(t *testing.T) {
 			}
 			if got := ran.Load() > before; got != tc.runs {
 				t.Errorf("the tool ran: %v; want %v", got, tc.runs)
+			}
+			if tc.name == "neither field, probing" && string(res.Output) != `{"content":""}` {
+				t.Errorf("without path or ns, the tool reached %s", res.Output)
 			}
 			required, _, _ := decisionOf(t, rt, res)
 			if !slices.Equal(required, tc.required) {
