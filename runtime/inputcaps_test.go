@@ -53,6 +53,9 @@ func TestExecute_ProcessToolRequiresFilesystemOnlyForCwd(t *testing.T) {
 	grants := map[string][]capability.Capability{
 		"nofs":   {{Name: "process.exec", Scope: exe}},
 		"tester": {{Name: "process.exec", Scope: exe}, {Name: "filesystem.read", Scope: dir}},
+		// A relative scope is taken from the runtime's working directory,
+		// as the handles take it.
+		"relative": {{Name: "process.exec", Scope: exe}, {Name: "filesystem.read", Scope: "granted"}},
 	}
 	rt, _ := openRuntime(t, &tgruntime.Options{Grants: grants, WorkDir: work, Retry: tgruntime.RetryPolicy{MaxRetries: -1}}, tools.ProcessTools()...)
 	run := func(principal string, in map[string]any) (*tgruntime.Result, error) {
@@ -84,6 +87,10 @@ func TestExecute_ProcessToolRequiresFilesystemOnlyForCwd(t *testing.T) {
 			lifecycle.Completed, []string{"process.exec", "filesystem.read:" + dir}, []string{execGrant, "filesystem.read:" + dir}, nil},
 		{"cwd a link staying inside the grant", "tester", map[string]any{"command": exe, "args": []string{"pwd"}, "cwd": dir + "/link"},
 			lifecycle.Completed, []string{"process.exec", "filesystem.read:" + dir + "/link"}, []string{execGrant, "filesystem.read:" + dir}, nil},
+		{"relative grant", "relative", map[string]any{"command": exe, "args": []string{"pwd"}, "cwd": dir + "/sub"},
+			lifecycle.Completed, []string{"process.exec", "filesystem.read:" + dir + "/sub"}, []string{execGrant, "filesystem.read:granted"}, nil},
+		{"relative grant, cwd outside it", "relative", map[string]any{"command": exe, "args": []string{"pwd"}, "cwd": other},
+			lifecycle.Denied, []string{"process.exec", "filesystem.read:" + other}, []string{execGrant}, []string{"filesystem.read:" + other}},
 		{"relative cwd, from the working directory", "tester", map[string]any{"command": exe, "args": []string{"pwd"}, "cwd": "granted/sub"},
 			lifecycle.Completed, []string{"process.exec", "filesystem.read:" + filepath.Join(dir, "sub")}, []string{execGrant, "filesystem.read:" + dir}, nil},
 	} {
@@ -103,6 +110,16 @@ func TestExecute_ProcessToolRequiresFilesystemOnlyForCwd(t *testing.T) {
 				if len(res.Attempts) != 1 || slices.ContainsFunc(res.Attempts[0].Transitions, func(tr lifecycle.Transition) bool { return tr.To == lifecycle.Executing }) {
 					t.Errorf("a denied call must not reach EXECUTING: %+v", res.Attempts)
 				}
+			}
+			// Decide, ahead of Execute, decides as Execute did.
+			e, err := rt.Registry().Lookup(tools.ExecCaptureID, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, _ := json.Marshal(tc.in)
+			if d := rt.Decide(tc.principal, e, in, nil); d.Allowed() != (tc.state != lifecycle.Denied) ||
+				!slices.Equal(capability.Strings(d.Required), tc.required) {
+				t.Errorf("Decide: allowed %v, required %q", d.Allowed(), capability.Strings(d.Required))
 			}
 			required, granted, missing := decisionOf(t, rt, res)
 			if !slices.Equal(required, tc.required) || !slices.Equal(granted, tc.granted) || !slices.Equal(missing, tc.missing) {
