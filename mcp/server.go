@@ -308,11 +308,7 @@ func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Inv
 	if len(inv.Input) > 0 && e.ValidateInput(inv.Input) != nil {
 		return s.answer(s.rt.Execute(ctx, inv)) // FAILED, recorded
 	}
-	required, err := s.rt.Required(e, inv.Input)
-	if err != nil {
-		return s.answer(s.rt.Execute(ctx, inv)) // DENIED, recorded
-	}
-	if dec := s.rt.Policy().Decide(inv.Principal, d.ID, required, inv.Grants, time.Now()); !dec.Allowed() {
+	if dec := s.rt.Decide(inv.Principal, e, inv.Input, inv.Grants); !dec.Allowed() {
 		return s.answer(s.rt.Execute(ctx, inv)) // DENIED, recorded
 	}
 	hash, err := tgruntime.IntentHash(d.ID, d.Version, inv.Input)
