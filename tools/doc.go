@@ -10,7 +10,9 @@
 // missing $schema, a property without type or description, properties
 // without required) with a [*SchemaError] naming the JSON pointer of the
 // offence. The compiler never loads anything from the filesystem or the
-// network: a schema is one self-contained document.
+// network: a schema is one self-contained document. A value a "pattern"
+// refuses is reported with the description of the schema holding the
+// pattern, which says in words what the regular expression means.
 //
 // # Capabilities that depend on the input
 //

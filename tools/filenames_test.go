@@ -122,13 +122,13 @@ func TestFileTools_RefusedNames(t *testing.T) {
 		class   error
 		message string
 	}{
-		{"NUL", write(`"` + dir + `/a\u0000b"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"newline", write(`"` + dir + `/a\nb"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"tab", write(`"` + dir + `/a\tb"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"escape", write(`"` + dir + `/a\u001bb"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"DEL", write(`"` + dir + `/a\u007fb"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"C1 NEL", write(`"` + dir + "/a\u0085b\""), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
-		{"C1 escaped", write(`"` + dir + `/a\u009fb"`), lifecycle.Failed, tgruntime.ErrValidation, "/path"},
+		{"NUL", write(`"` + dir + `/a\u0000b"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"newline", write(`"` + dir + `/a\nb"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"tab", write(`"` + dir + `/a\tb"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"escape", write(`"` + dir + `/a\u001bb"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"DEL", write(`"` + dir + `/a\u007fb"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"C1 NEL", write(`"` + dir + "/a\u0085b\""), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
+		{"C1 escaped", write(`"` + dir + `/a\u009fb"`), lifecycle.Failed, tgruntime.ErrValidation, "' (File path to write: any UTF-8 name without control characters)"},
 		{"invalid UTF-8", write("\"" + dir + "/caf\xe9.txt\""), lifecycle.Failed, tgruntime.ErrValidation, "not valid UTF-8"},
 		{"lone low surrogate", write(`"` + dir + `/caf\udce9.txt"`), lifecycle.Failed, tgruntime.ErrValidation, `\udce9`},
 		{"lone high surrogate", write(`"` + dir + `/\ud83d.txt"`), lifecycle.Failed, tgruntime.ErrValidation, "surrogate pair"},

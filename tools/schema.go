@@ -49,7 +49,7 @@ func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: schemaErrPointer(err), Reason: compileReason(err)}
 	}
-	return &compiled{full: s, fast: buildFast(v, true)}, nil
+	return &compiled{full: s, fast: buildFast(v, true), doc: v}, nil
 }
 
 // compiled is a schema compiled for the full validator, and its fastSchema
@@ -57,6 +57,7 @@ func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
 type compiled struct {
 	full *jsonschema.Schema
 	fast *fastSchema // nil: the schema uses something a fastSchema does not handle
+	doc  any         // the schema document, decoded
 }
 
 // compileReason flattens a compile error into one line without the
@@ -360,9 +361,47 @@ func validateFull(s *compiled, which string, raw []byte) (any, error) {
 		if !errors.As(err, &ve) {
 			return nil, &ValueError{Which: which, Problems: []Problem{{Message: err.Error()}}}
 		}
-		return nil, &ValueError{Which: which, Problems: problems(ve)}
+		ps := problems(ve)
+		explainPatterns(s.doc, ve, ps)
+		return nil, &ValueError{Which: which, Problems: ps}
 	}
 	return v, nil
+}
+
+// explainPatterns adds to each "does not match pattern" problem the
+// description of the schema that holds the pattern, which says in words
+// what the regular expression means ("any UTF-8 name without control
+// characters"). ps are problems(ve), in the same order.
+func explainPatterns(doc any, ve *jsonschema.ValidationError, ps []Problem) {
+	i := 0
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		defer func() { i++ }()
+		_, frag, ok := strings.Cut(e.AbsoluteKeywordLocation, "#")
+		if !ok || !strings.HasSuffix(frag, "/pattern") || i >= len(ps) {
+			return
+		}
+		node := doc
+		for _, tok := range strings.Split(strings.TrimPrefix(strings.TrimSuffix(frag, "/pattern"), "/"), "/") {
+			if tok == "" {
+				continue
+			}
+			m, _ := node.(map[string]any)
+			node = m[strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)]
+		}
+		if m, _ := node.(map[string]any); m != nil {
+			if desc, _ := m["description"].(string); desc != "" {
+				ps[i].Message += " (" + desc + ")"
+			}
+		}
+	}
+	walk(ve)
 }
 
 // problems flattens a validation error into its leaf causes, the ones that
