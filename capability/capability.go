@@ -3,6 +3,7 @@ package capability
 import (
 	"fmt"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -105,6 +106,16 @@ func (c Capability) Covers(req Capability) bool {
 	return ScopeCovers(c.Scope, req.Scope)
 }
 
+// coversFrom is Covers for a grant whose relative filesystem scope
+// (filesystem.read:data) is taken from the directory base, as the tools'
+// handles take it, when the requirement's scope is an absolute path.
+func (c Capability) coversFrom(base string, req Capability) bool {
+	if base != "" && c.IsFilesystem() && c.Scope != "" && !filepath.IsAbs(c.Scope) && filepath.IsAbs(req.Scope) {
+		c.Scope = filepath.Join(base, c.Scope)
+	}
+	return c.Covers(req)
+}
+
 // ScopeCovers reports whether scope covers target: equal, or target lies
 // below scope after a "/".
 func ScopeCovers(scope, target string) bool {
@@ -187,11 +198,17 @@ func narrowed(req Capability, granted []Capability) Capability {
 // Authorize decides whether grants meet every requirement. It denies by
 // default: a requirement is met only by a grant that covers it.
 func Authorize(principal, tool string, required, grants []Capability, at time.Time) Decision {
+	return authorize("", principal, tool, required, grants, at)
+}
+
+// authorize is Authorize with the relative filesystem scopes of the grants
+// taken from base (when it is not "").
+func authorize(base, principal, tool string, required, grants []Capability, at time.Time) Decision {
 	d := Decision{Principal: principal, Tool: tool, Required: slices.Clone(required), At: at}
 	for _, req := range required {
 		met := false
 		for _, g := range grants {
-			if g.Covers(req) {
+			if g.coversFrom(base, req) {
 				met = true
 				if !slices.Contains(d.Granted, g) {
 					d.Granted = append(d.Granted, g)

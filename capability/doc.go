@@ -23,7 +23,13 @@
 //   - a grant without a scope covers every scope of its name;
 //   - a requirement without a scope (a tool declaring "filesystem.read") is
 //     met by any grant of that name; the tool's handle then confines it to
-//     the granted scopes.
+//     the granted scopes;
+//   - a requirement may take its scope from the call's input (the tools
+//     package's input capabilities: "filesystem.read:{cwd}" requires
+//     filesystem.read:/srv/repo of a call whose cwd is /srv/repo, nothing of
+//     a call without one); it is matched like any other, and
+//     [Policy.DecideIn] takes a grant's relative filesystem scope from the
+//     caller's working directory, as the tools' handles do.
 //
 // Nothing is granted unless it is listed: [Authorize] denies by default and
 // names what is missing.

@@ -180,12 +180,21 @@ func (p *Policy) Grants(principal string) []Capability { return slices.Clone(p.g
 // new id, the policy's revision and the time. A deny-all policy denies
 // everything, even a tool that requires nothing.
 func (p *Policy) Decide(principal, tool string, required, extra []Capability, at time.Time) Decision {
+	return p.DecideIn("", principal, tool, required, extra, at)
+}
+
+// DecideIn is Decide for a caller whose relative paths are taken from the
+// directory workDir (a runtime's working directory): a grant with a
+// relative filesystem scope (filesystem.read:data, which the tools' handles
+// join to the working directory) meets a requirement scoped by an absolute
+// path below workDir/data. workDir "" is Decide.
+func (p *Policy) DecideIn(workDir, principal, tool string, required, extra []Capability, at time.Time) Decision {
 	var d Decision
 	if p.err != nil {
 		d = Decision{Principal: principal, Tool: tool, Required: slices.Clone(required), Missing: slices.Clone(required), At: at}
 		d.Reason = "policy unavailable: " + strings.TrimPrefix(p.err.Error(), "capability: ")
 	} else {
-		d = Authorize(principal, tool, required, slices.Concat(p.grants[principal], ResolveAll(extra)), at)
+		d = authorize(workDir, principal, tool, required, slices.Concat(p.grants[principal], ResolveAll(extra)), at)
 	}
 	d.ID = uuid.New()
 	d.PolicyRevision = p.revision

@@ -223,3 +223,32 @@ func nonNil(ss []string) []string {
 	}
 	return ss
 }
+
+// DecideIn takes a relative filesystem grant from the working directory it
+// is given, as the tools' handles do; Decide, with none, matches scopes as
+// written.
+func TestPolicy_DecideIn(t *testing.T) {
+	p, err := NewPolicy(map[string][]Capability{"alice": {MustParse("filesystem.read:data"), MustParse("state.write:orders")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		workDir string
+		req     string
+		allowed bool
+	}{
+		{"/work", "filesystem.read:/work/data", true},
+		{"/work", "filesystem.read:/work/data/sub", true},
+		{"/work", "filesystem.read:/work/database", false},
+		{"/work", "filesystem.read:/other/data", false},
+		{"/work", "filesystem.read:data", true},
+		{"", "filesystem.read:/work/data", false},
+		{"/work", "state.write:/work/orders", false},
+	} {
+		d := p.DecideIn(tc.workDir, "alice", "t", []Capability{MustParse(tc.req)}, nil, now)
+		if d.Allowed() != tc.allowed {
+			t.Errorf("in %q, %s: allowed %v; want %v", tc.workDir, tc.req, d.Allowed(), tc.allowed)
+		}
+	}
+}

@@ -17,8 +17,8 @@
 // tool id contains "--", so the two forms never collide. A tool's
 // description, inputSchema and outputSchema are its declaration's; its
 // annotations follow from the declaration: idempotentHint from idempotent,
-// readOnlyHint when every capability it requires is a read
-// (filesystem.read, state.read), destructiveHint when it is not read-only,
+// readOnlyHint when every capability a call of it may require (its input
+// capabilities included) is a read (filesystem.read, state.read), destructiveHint when it is not read-only,
 // openWorldHint when it requires process.exec or a capability outside the
 // filesystem and state. A tool whose input schema is not of type "object"
 // (which MCP requires) is left out, with a warning in the log.

@@ -180,7 +180,7 @@ func (s *Server) add(e *tools.Entry, name string) {
 // annotations derives the MCP hints from a declaration.
 func annotations(d tools.Declaration) *sdk.ToolAnnotations {
 	readOnly, openWorld := true, false
-	for _, c := range d.RequiredCapabilities {
+	for _, c := range d.MayRequire() { // an input capability counts: some calls require it
 		switch c.Name {
 		case "filesystem.read", "state.read":
 		case "filesystem.write", "state.write":
@@ -308,7 +308,7 @@ func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Inv
 	if len(inv.Input) > 0 && e.ValidateInput(inv.Input) != nil {
 		return s.answer(s.rt.Execute(ctx, inv)) // FAILED, recorded
 	}
-	if dec := s.rt.Policy().Decide(inv.Principal, d.ID, d.RequiredCapabilities, inv.Grants, time.Now()); !dec.Allowed() {
+	if dec := s.rt.Decide(inv.Principal, e, inv.Input, inv.Grants); !dec.Allowed() {
 		return s.answer(s.rt.Execute(ctx, inv)) // DENIED, recorded
 	}
 	hash, err := tgruntime.IntentHash(d.ID, d.Version, inv.Input)

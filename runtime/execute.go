@@ -115,6 +115,32 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	return res, err
 }
 
+// Decide makes rule 2's capability decision for a call of e's tool with
+// input (valid against its input schema) as Execute would, and records
+// nothing: on what the input requires (tools.Declaration.RequiredFor,
+// relative paths taken from the runtime's working directory), under the
+// runtime's policy plus grants. It is for a caller that checks ahead of
+// Execute (an approval flow); Execute decides again.
+func (r *Runtime) Decide(principal string, e *tools.Entry, input json.RawMessage, grants []capability.Capability) capability.Decision {
+	decl := e.Declaration()
+	d, _ := r.authorize(principal, &decl, input, grants)
+	return d
+}
+
+// authorize is rule 2's decision on what input requires: the declared
+// capabilities and those its validated fields scope (tools.InputCapability).
+// reach is what the tool's handles may then reach: an input's scope is
+// checked here, and confined at execution by the grants that covered it.
+// An input that cannot name a scope denies, saying why.
+func (r *Runtime) authorize(principal string, decl *tools.Declaration, input json.RawMessage, grants []capability.Capability) (d capability.Decision, reach []capability.Capability) {
+	required, reach, err := decl.RequiredFor(input, r.opts.WorkDir)
+	d = r.policy.DecideIn(r.opts.WorkDir, principal, decl.ID, required, grants, r.opts.Now())
+	if err != nil && d.Reason == "" {
+		d.Reason = err.Error()
+	}
+	return d, reach
+}
+
 // extras are the attempt's audit event extras; decided says whether the
 // events include the capability decision's.
 func (c *call) extras(decided bool) eventExtras {
@@ -288,13 +314,13 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rule 2: capability authorization, deny by default.
 	sp.phase("authorize")
-	d := r.policy.Decide(c.inv.Principal, c.decl.ID, c.decl.RequiredCapabilities, c.inv.Grants, r.opts.Now())
+	d, reach := r.authorize(c.inv.Principal, &c.decl, c.inv.Input, c.inv.Grants)
 	rec.Capabilities = capability.Strings(d.Granted)
 	if c.decl.RequiresApproval && c.intent == nil && d.Allowed() {
 		d.Reason = c.decl.Key() + " requires an approved intent: propose it, have it approved, and run it with the intent's id and hash"
 	}
 	c.decision = decisionRecord(d)
-	c.grants = d.Effective()
+	c.grants = capability.Decision{Required: reach, Granted: d.Granted}.Effective()
 	if !d.Allowed() {
 		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
 			Missing: d.Missing, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,21 @@ func TestDeclaration_Validate(t *testing.T) {
 		{name: "capability scope with dotdot", mutate: func(d *tools.Declaration) {
 			d.RequiredCapabilities = []capability.Capability{{Name: "filesystem.read", Scope: "/srv/../etc"}}
 		}, wantField: "requiredCapabilities[0]"},
+		{name: "input capability", mutate: func(d *tools.Declaration) {
+			d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read", ScopeFrom: "path"}}
+		}},
+		{name: "input capability with a scope", mutate: func(d *tools.Declaration) {
+			d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read:/srv", ScopeFrom: "path"}}
+		}, wantField: "inputCapabilities[0].name"},
+		{name: "input capability bad name", mutate: func(d *tools.Declaration) {
+			d.InputCapabilities = []tools.InputCapability{{Name: "File Read", ScopeFrom: "path"}}
+		}, wantField: "inputCapabilities[0].name"},
+		{name: "input capability without a field", mutate: func(d *tools.Declaration) {
+			d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read"}}
+		}, wantField: "inputCapabilities[0].scopeFrom"},
+		{name: "input capability twice", mutate: func(d *tools.Declaration) {
+			d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read", ScopeFrom: "path"}, {Name: "filesystem.read", ScopeFrom: "path"}}
+		}, wantField: "inputCapabilities[1]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,5 +346,77 @@ func TestDeclaration_JSON(t *testing.T) {
 	r := tools.NewRegistry()
 	if err := r.Register(rawTool(d)); err != nil {
 		t.Fatalf("Register(appendix A): %v", err)
+	}
+}
+
+// An input capability names a string property of the input schema:
+// Register refuses one that does not, so a declaration cannot require a
+// scope its input can never give.
+func TestRegister_InputCapabilityField(t *testing.T) {
+	schema := `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "description": "a path"},
+    "n": {"type": "integer", "description": "a number"}
+  },
+  "required": [],
+  "additionalProperties": false
+}`
+	for _, tc := range []struct {
+		field string
+		ok    bool
+	}{{"path", true}, {"n", false}, {"missing", false}} {
+		d := validDecl()
+		d.InputSchema = json.RawMessage(schema)
+		d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read", ScopeFrom: tc.field}}
+		err := tools.NewRegistry().Register(rawTool(d))
+		var de *tools.DeclarationError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v", tc.field, err)
+		case !tc.ok && (!errors.As(err, &de) || de.Field != "inputCapabilities[0].scopeFrom" || !strings.Contains(err.Error(), tc.field)):
+			t.Errorf("%s: err = %v; want a *DeclarationError naming inputCapabilities[0].scopeFrom", tc.field, err)
+		}
+	}
+}
+
+// RequiredFor: the declared capabilities, then each input capability
+// whose field the input gives, a filesystem path made absolute from the
+// working directory and cleaned; reach names the input capabilities
+// without their scope; MayRequire lists every name a call may need.
+func TestDeclaration_RequiredFor(t *testing.T) {
+	d := validDecl()
+	d.RequiredCapabilities = []capability.Capability{capability.MustParse("process.exec:git")}
+	d.InputCapabilities = []tools.InputCapability{{Name: "filesystem.read", ScopeFrom: "cwd"}, {Name: "state.write", ScopeFrom: "ns"}}
+	for _, tc := range []struct {
+		in            string
+		required, rch []string
+		err           string
+	}{
+		{`{}`, []string{"process.exec:git"}, []string{"process.exec:git"}, ""},
+		{`{"cwd": ""}`, []string{"process.exec:git"}, []string{"process.exec:git"}, ""},
+		{`{"cwd": "sub/../repo"}`, []string{"process.exec:git", "filesystem.read:/work/repo"}, []string{"process.exec:git", "filesystem.read"}, ""},
+		{`{"cwd": "/srv/a b/ü"}`, []string{"process.exec:git", "filesystem.read:/srv/a b/ü"}, []string{"process.exec:git", "filesystem.read"}, ""},
+		{`{"cwd": "/srv", "ns": "orders"}`, []string{"process.exec:git", "filesystem.read:/srv", "state.write:orders"}, []string{"process.exec:git", "filesystem.read", "state.write"}, ""},
+		{`{"ns": "a/../b"}`, nil, nil, "cannot be a scope of state.write"},
+		{`{"ns": 3}`, nil, nil, "must be a string"},
+	} {
+		required, reach, err := d.RequiredFor(json.RawMessage(tc.in), "/work")
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err = %v; want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(capability.Strings(required), tc.required) || !slices.Equal(capability.Strings(reach), tc.rch) {
+			t.Errorf("%s: required %q, reach %q, %v; want %q, %q", tc.in, capability.Strings(required), capability.Strings(reach), err, tc.required, tc.rch)
+		}
+	}
+	if got := capability.Strings(d.MayRequire()); !slices.Equal(got, []string{"process.exec:git", "filesystem.read", "state.write"}) {
+		t.Errorf("MayRequire = %q", got)
+	}
+	if got := d.InputCapabilities[0].String(); got != "filesystem.read:{cwd}" {
+		t.Errorf("String = %q", got)
 	}
 }

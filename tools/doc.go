@@ -10,7 +10,26 @@
 // missing $schema, a property without type or description, properties
 // without required) with a [*SchemaError] naming the JSON pointer of the
 // offence. The compiler never loads anything from the filesystem or the
-// network: a schema is one self-contained document.
+// network: a schema is one self-contained document. A value a "pattern"
+// refuses is reported with the description of the schema holding the
+// pattern, which says in words what the regular expression means.
+//
+// # Capabilities that depend on the input
+//
+// A declaration's RequiredCapabilities are required by every call. Its
+// InputCapabilities ([InputCapability]) are required by some calls only:
+// each names a capability and a string property of the input schema, and a
+// call whose validated input gives that property requires the capability
+// scoped by its value (a filesystem path made absolute against the
+// runtime's working directory and cleaned). The exec tools declare
+// filesystem.read:{cwd}: a call without a working directory needs no
+// filesystem grant, one with a working directory needs filesystem.read
+// covering it. [Declaration.RequiredFor] computes what one input requires;
+// the runtime decides on it in RFC-0001 5.1 rule 2, after the input is
+// validated and before anything runs, and records exactly that in the
+// decision. [Declaration.MayRequire] is every capability a call may need,
+// for listings and hints (MCP's readOnlyHint counts them). A registry file
+// writes one as "filesystem.read:{path}" in capabilities.
 //
 // # Registry
 //
@@ -32,8 +51,10 @@
 // # Registry files
 //
 // [LoadRegistryFile] declares external process tools in a YAML file: id,
-// version, schemas, capabilities, limits, the command and an
-// [ArgvTemplate] that places validated input fields as whole arguments.
+// version, schemas, capabilities (including "name:{field}" input
+// capabilities; a cwd brings filesystem.read:{cwd}), limits, the command
+// and an [ArgvTemplate] that places validated input fields as whole
+// arguments.
 // It fails closed with file:line and the reason, and returns a frozen
 // registry. The file is parsed with go.yaml.in/yaml/v3, the YAML
 // organization's maintained continuation of gopkg.in/yaml.v3 (same API and
@@ -41,6 +62,17 @@
 // block scalars, flow collections, quoting), and yaml.Node keeps the line
 // of every value, which is what lets every error name its line. JSON is
 // valid YAML, so a .json registry file loads too.
+//
+// # File tools and file names
+//
+// The default versions of the file tools (file.read@1.2.0, file.list@1.1.0,
+// file.write@1.1.0) take any path in UTF-8 without control characters
+// ([PathSchema]): spaces, non-ASCII letters, a leading '-'. file.read@1.0.0
+// is RFC-0001 appendix A's, pattern included, and the other older versions
+// keep its ASCII set. Every input is refused when it is not valid UTF-8,
+// raw or as an escaped half of a UTF-16 surrogate pair (encoding/json
+// would hand the tool U+FFFD instead). What a path reaches is the
+// filesystem handles' to confine, below.
 //
 // # Filesystem grants
 //

@@ -200,11 +200,14 @@ func execOutputSchema(withStdout bool) json.RawMessage {
 }`, strings.Join(props, ",\n    "), req))
 }
 
-// execCaps are the exec tools' requirements: the command and the working
-// directory come from the input, so both are unscoped here; Env.Run checks
-// the actual command and directory against the principal's grants.
-func execCaps() []capability.Capability {
-	return []capability.Capability{{Name: "process.exec"}, {Name: "filesystem.read"}}
+// execCaps are the exec tools' requirements: process.exec, unscoped
+// because a bare command name is matched only once resolved (Env.Run
+// checks the command against the grants); and, when the input gives a
+// cwd, filesystem.read covering it, decided at authorization (without a
+// cwd the process runs in a fresh empty directory and reads nothing
+// granted).
+func execCaps() ([]capability.Capability, []InputCapability) {
+	return []capability.Capability{{Name: "process.exec"}}, []InputCapability{{Name: "filesystem.read", ScopeFrom: "cwd"}}
 }
 
 // execTool describes one of the exec tools.
@@ -218,11 +221,13 @@ type execTool struct {
 }
 
 func (x execTool) tool() Tool {
+	required, fromInput := execCaps()
 	decl := Declaration{
 		ID: x.id, Version: "1.0.0", Name: x.name, Description: x.desc,
 		InputSchema:          execInputSchema(x.fields, x.required...),
 		OutputSchema:         execOutputSchema(x.stdout),
-		RequiredCapabilities: execCaps(),
+		RequiredCapabilities: required,
+		InputCapabilities:    fromInput,
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: execMaxTime, MaxOutputBytes: execMaxOutput},
 	}
 	return previewTool{NewRaw(decl, x.execute)}

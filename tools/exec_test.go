@@ -519,8 +519,10 @@ func keyOrder(t *testing.T, raw []byte, keys []string) []string {
 	return out
 }
 
-// The command must be granted (by name or by a path scope covering it),
-// and the working directory must be inside a granted filesystem scope.
+// The command must be granted (by name or by a path scope covering it):
+// a command outside the grants is refused when the tool asks to run it;
+// and the working directory must be inside a granted filesystem.read
+// scope: one outside is DENIED at authorization, before anything runs.
 func TestExecTools_Grants(t *testing.T) {
 	dir, other := t.TempDir(), t.TempDir()
 	exe := childBinary(t)
@@ -533,12 +535,19 @@ func TestExecTools_Grants(t *testing.T) {
 	for _, in := range []map[string]any{
 		{"command": "false"},
 		{"command": "/bin/sh", "args": []string{"-c", "true"}},
-		{"command": exe, "cwd": other},
-		{"command": exe, "cwd": filepath.Join(dir, "..")},
 	} {
 		res, err := execute(t, rt, tools.ExecStatusID, in)
 		if !errors.Is(err, tools.ErrAccessDenied) || res.State != lifecycle.RolledBack || res.Error.Code != "capability_boundary" {
 			t.Errorf("%v: err = %v, state %s; want a recorded denial", in, err, res.State)
+		}
+	}
+	for _, in := range []map[string]any{
+		{"command": exe, "cwd": other},
+		{"command": exe, "cwd": filepath.Join(dir, "..")},
+	} {
+		res, err := execute(t, rt, tools.ExecStatusID, in)
+		if !errors.Is(err, tgruntime.ErrAuthorization) || res.State != lifecycle.Denied || res.Error.Code != "capability_denied" {
+			t.Errorf("%v: err = %v, state %s; want DENIED", in, err, res.State)
 		}
 	}
 }
@@ -604,7 +613,7 @@ func TestBuiltins_ProcessTools(t *testing.T) {
 			t.Errorf("exec is not marked as the compatibility path: %q", d.Description)
 		}
 	}
-	want := "file.read file.read file.list file.write which_command exec_status exec_capture exec_with_input exec"
+	want := "file.read file.read file.read file.list file.list file.write file.write which_command exec_status exec_capture exec_with_input exec"
 	if got := strings.Join(ids, " "); got != want {
 		t.Errorf("Builtins() = %s; want %s", got, want)
 	}

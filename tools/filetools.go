@@ -15,14 +15,14 @@ import (
 	"github.com/toolgate/toolgate/capability"
 )
 
-// FileReadRangeInput is the input of file.read@1.1.0.
+// FileReadRangeInput is the input of file.read@1.1.0 and 1.2.0.
 type FileReadRangeInput struct {
 	Path   string `json:"path"`
 	Offset int64  `json:"offset,omitempty"`
 	Limit  int64  `json:"limit,omitempty"`
 }
 
-// FileReadRangeOutput is the output of file.read@1.1.0.
+// FileReadRangeOutput is the output of file.read@1.1.0 and 1.2.0.
 type FileReadRangeOutput struct {
 	Content string `json:"content"`
 	Size    int64  `json:"size"`
@@ -39,16 +39,44 @@ type FileReadRangeOutput struct {
 // the next part begins), and an offset inside one is refused. size is the
 // whole file's size. file.read@1.0.0 stays exactly as appendix A.
 func FileReadRange() Tool {
+	return fileReadRange("1.1.0", `"path": {"type": "string", "description": "File path to read", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096}`)
+}
+
+// FileRead12 returns file.read@1.2.0, the default: file.read@1.1.0 for any
+// file name, spaces and non-ASCII letters included (see [PathSchema]).
+func FileRead12() Tool {
+	return fileReadRange("1.2.0", pathProperty("File path to read"))
+}
+
+// PathSchema is the pattern (a regular expression, as the input schema's
+// "pattern" holds it) of the rule the default versions of the file tools
+// (file.read@1.2.0, file.list@1.1.0, file.write@1.1.0) hold a path to: a
+// string of 1 to 4096 characters, any UTF-8 but the control characters
+// (C0, DEL and C1, NUL and newlines among them). An input that is not
+// valid UTF-8 (raw bytes, or an unpaired UTF-16 surrogate escape) is
+// refused before any schema applies. The path is not otherwise restricted
+// (a leading '-', '..' segments): the filesystem handles confine it to the
+// granted places. file.read@1.0.0 keeps RFC-0001 appendix A's pattern, and
+// file.read@1.1.0, file.list@1.0.0 and file.write@1.0.0 its ASCII set.
+const PathSchema = `^[^\x00-\x1f\x7f-\x9f]+$`
+
+// pathProperty is the path property of the default file tool versions.
+func pathProperty(desc string) string {
+	pattern, _ := json.Marshal(PathSchema)
+	return `"path": {"type": "string", "description": "` + desc + `: any UTF-8 name without control characters", "minLength": 1, "maxLength": 4096, "pattern": ` + string(pattern) + `}`
+}
+
+func fileReadRange(version, pathProp string) Tool {
 	decl := Declaration{
 		ID:          "file.read",
-		Version:     "1.1.0",
+		Version:     version,
 		Name:        "File Reader",
 		Description: "Reads file contents from filesystem, whole or from an offset up to a limit",
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "File path to read", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
+    ` + pathProp + `,
     "offset": {"type": "integer", "description": "Byte offset to start reading at (default 0)", "minimum": 0, "maximum": 9007199254740991},
     "limit": {"type": "integer", "description": "Most bytes to read (default: to the end of the file)", "minimum": 1, "maximum": 9007199254740991}
   },
@@ -106,7 +134,7 @@ func readFileRange(ctx context.Context, env *Env, in FileReadRangeInput) (FileRe
 		want = size - in.Offset
 		if max > 0 && want > max {
 			return FileReadRangeOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: want,
-				Detail: "file.read@1.1.0 reads a large file in parts, with offset and limit"}
+				Detail: "file.read@1.1.0 and later read a large file in parts, with offset and limit"}
 		}
 	case max > 0 && want > max:
 		return FileReadRangeOutput{}, &LimitError{Limit: "file_size_limit", Max: max, Got: want, Detail: "limit is above maxFileSize"}
@@ -164,16 +192,24 @@ type FileListOutput struct {
 // granted filesystem.read scope, sorted by path, optionally recursive
 // (symbolic links are reported, never followed), at most limit of them.
 func FileList() Tool {
+	return fileList("1.0.0", `"path": {"type": "string", "description": "Directory to list", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096}`)
+}
+
+// FileList11 returns file.list@1.1.0, the default: file.list@1.0.0 for any
+// directory name (see [PathSchema]).
+func FileList11() Tool { return fileList("1.1.0", pathProperty("Directory to list")) }
+
+func fileList(version, pathProp string) Tool {
 	decl := Declaration{
 		ID:          "file.list",
-		Version:     "1.0.0",
+		Version:     version,
 		Name:        "Directory Lister",
 		Description: "Lists the entries of a directory, optionally recursively, without following symbolic links",
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "Directory to list", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
+    ` + pathProp + `,
     "recursive": {"type": "boolean", "description": "Also list subdirectories (default false)"},
     "limit": {"type": "integer", "description": "Most entries to return (default 1000)", "minimum": 1, "maximum": 10000}
   },
@@ -281,16 +317,24 @@ type FileWriteOutput struct {
 // staged: the file changes only when the attempt commits, atomically (a
 // rename), and a failed or rolled back attempt leaves it exactly as it was.
 func FileWrite() Tool {
+	return fileWrite("1.0.0", `"path": {"type": "string", "description": "File path to write", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096}`)
+}
+
+// FileWrite11 returns file.write@1.1.0, the default: file.write@1.0.0 for
+// any file name (see [PathSchema]).
+func FileWrite11() Tool { return fileWrite("1.1.0", pathProperty("File path to write")) }
+
+func fileWrite(version, pathProp string) Tool {
 	decl := Declaration{
 		ID:          "file.write",
-		Version:     "1.0.0",
+		Version:     version,
 		Name:        "File Writer",
 		Description: "Writes a text file, creating or replacing it when the invocation commits; a failed invocation changes nothing",
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "properties": {
-    "path": {"type": "string", "description": "File path to write", "pattern": "^[a-zA-Z0-9/_.-]+$", "maxLength": 4096},
+    ` + pathProp + `,
     "content": {"type": "string", "description": "The whole new content of the file"}
   },
   "required": ["path", "content"],

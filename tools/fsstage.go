@@ -15,6 +15,9 @@ import (
 // its target, renamed over the target when the attempt commits.
 const StagePrefix = ".toolgate-stage-"
 
+// maxNameBytes is the longest directory entry name (NAME_MAX on Linux).
+const maxNameBytes = 255
+
 // Stager makes file writes part of the attempt's state transaction. The
 // runtime implements it; an Env without one refuses staged writes.
 type Stager interface {
@@ -70,7 +73,15 @@ func (f *FS) WriteStaged(name string, data []byte, perm fs.FileMode) (created bo
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	staged := filepath.Join(filepath.Dir(rel), StagePrefix+hex.EncodeToString(rnd[:])+"-"+filepath.Base(rel))
+	// The target's name is kept in the staged one, to tell what it is,
+	// while that fits a directory entry (255 bytes): a target name near the
+	// longest one a directory allows is staged under the prefix and the
+	// random part alone.
+	stagedName := StagePrefix + hex.EncodeToString(rnd[:])
+	if base := filepath.Base(rel); len(stagedName)+1+len(base) <= maxNameBytes {
+		stagedName += "-" + base
+	}
+	staged := filepath.Join(filepath.Dir(rel), stagedName)
 	if err := f.env.Stager.Prepare(r.Name(), staged); err != nil {
 		return false, err
 	}

@@ -117,6 +117,9 @@ func (r *Registry) Register(t Tool) error {
 	if err != nil {
 		return err
 	}
+	if err := decl.checkInputCapabilities(); err != nil {
+		return err
+	}
 	if tc, ok := t.(typeChecker); ok {
 		if err := tc.checkTypes(); err != nil {
 			return err

@@ -71,13 +71,21 @@ const maxRegistryFile = 16 << 20
 //	    env_inherit: [HOME]             # copied from toolgate's environment when set
 //	    input_schema: {...}             # JSON Schema 2020-12 written as YAML
 //	    output_schema: {...}            # optional; default: the process result schema
-//	    capabilities: [filesystem.read] # process.exec:<command> is added
+//	    capabilities: ["filesystem.read:{path}"] # process.exec:<command> is added; see below
 //	    limits: {max_execution_time: 10s, max_memory: 0, max_file_size: 0, max_output_bytes: 0, max_concurrent: 0}
 //	    max_stdout_bytes: 65536         # optional, per stream, at most 1 MiB
 //	    max_stderr_bytes: 65536
 //	    idempotent: true                # optional, default false: may be retried
 //	    deterministic: true             # optional, default false
 //	    requires_approval: true         # optional, default false: runs only as an approved intent
+//
+// Every call requires process.exec:<command> and the plain capabilities
+// listed. A capability whose scope is a whole field reference,
+// "filesystem.read:{path}", is an [InputCapability]: a call requires it,
+// scoped by the field's value, only when its input gives that field. A cwd
+// brings filesystem.read:{cwd}: a call with a working directory is DENIED
+// unless a filesystem.read grant covers it, and a call without one (the
+// process runs in a fresh empty directory) needs no filesystem grant.
 //
 // The output is the process result of the bounded process tools document
 // (004) section 5 ([ExecResult] with stdout); an output_schema, when given,
@@ -449,27 +457,45 @@ func (p *fileParser) tool(n *yaml.Node) (*parsedTool, error) {
 		}
 	}
 
-	// Capabilities: process.exec:<command>, then the file's.
+	// Capabilities: process.exec:<command>, then the file's. One whose
+	// scope is a whole field reference, "filesystem.read:{path}", is an
+	// input capability: required, scoped by the field's value, when the
+	// input gives the field. A cwd brings filesystem.read:{cwd}.
 	d.RequiredCapabilities = []capability.Capability{{Name: "process.exec", Scope: ft.command}}
-	hasFS := false
 	if n := f["capabilities"]; n != nil {
 		list, err := p.strList(n, "capabilities")
 		if err != nil {
 			return nil, err
 		}
 		for i, s := range list {
+			if name, scope, ok := strings.Cut(s, ":"); ok && strings.HasPrefix(scope, "{") {
+				m := refRE.FindStringSubmatch(scope)
+				if m == nil {
+					return nil, p.errAt(n.Content[i], "capabilities[%d]: %q: a scope taken from the input is a whole field reference, such as filesystem.read:{path}", i, s)
+				}
+				if t, _ := props[m[1]]["type"].(string); t != "string" {
+					return nil, p.errAt(n.Content[i], "capabilities[%d]: %q refers to %q, which is not a string property of input_schema", i, s, m[1])
+				}
+				ic := InputCapability{Name: name, ScopeFrom: m[1]}
+				if _, err := capability.Parse(name); err != nil {
+					return nil, p.errAt(n.Content[i], "capabilities[%d]: %v", i, err)
+				}
+				if !slices.Contains(d.InputCapabilities, ic) {
+					d.InputCapabilities = append(d.InputCapabilities, ic)
+				}
+				continue
+			}
 			c, err := capability.Parse(s)
 			if err != nil {
 				return nil, p.errAt(n.Content[i], "capabilities[%d]: %v", i, err)
 			}
-			hasFS = hasFS || c.Name == "filesystem.read" || c.Name == "filesystem.write"
 			if !slices.Contains(d.RequiredCapabilities, c) {
 				d.RequiredCapabilities = append(d.RequiredCapabilities, c)
 			}
 		}
 	}
-	if ft.cwdField != "" && !hasFS {
-		return nil, p.errAt(f["cwd"], "a tool with a cwd must list a filesystem.read (or filesystem.write) capability covering it")
+	if ic := (InputCapability{Name: "filesystem.read", ScopeFrom: ft.cwdField}); ft.cwdField != "" && !slices.Contains(d.InputCapabilities, ic) {
+		d.InputCapabilities = append(d.InputCapabilities, ic)
 	}
 
 	lf, err := p.mapping(f["limits"], limitFields)

@@ -60,7 +60,8 @@ func TestParseRegistryFile_Errors(t *testing.T) {
 		{"unpaired brace", `"{a}", "{n}"`, `"{a}", "x}"`, 6, "unpaired"},
 		{"boolean field placed", "n: {type: integer, description: a number}", "n: {type: boolean, description: a flag}", 6, "only string, number"},
 		{"relative command", "command: CHILD", "command: bin/tool", 5, "bare name"},
-		{"cwd without a filesystem capability", "    command: CHILD\n", "    command: CHILD\n    cwd: \"{a}\"\n", 6, "filesystem.read"},
+		{"input capability of no property", "    command: CHILD\n", "    command: CHILD\n    capabilities: [\"filesystem.read:{nope}\"]\n", 6, `refers to "nope"`},
+		{"input capability spliced", "    command: CHILD\n", "    command: CHILD\n    capabilities: [\"filesystem.read:{a}/x\"]\n", 6, "whole field reference"},
 		{"bad capability", "    command: CHILD\n", "    command: CHILD\n    capabilities: [\"Bad Cap\"]\n", 6, "capabilities[0]"},
 		{"bad version", "version: 1.0.0", "version: v1", 3, "semantic version"},
 		{"bad duration", "max_execution_time: 10s", "max_execution_time: ten", 17, "not a positive duration"},
@@ -438,4 +439,57 @@ func FuzzParseRegistryFile(f *testing.F) {
 			t.Fatal("not frozen")
 		}
 	})
+}
+
+// A registry file tool with a cwd requires filesystem.read covering it
+// only when the call gives one (the cwd brings filesystem.read:{cwd});
+// "name:{field}" in capabilities is an input capability too.
+func TestRegistryFile_InputCapabilities(t *testing.T) {
+	exe := childBinary(t)
+	dir := t.TempDir()
+	src := withChild(t, `tools:
+  - id: child.pwd
+    version: 1.0.0
+    description: prints its working directory
+    command: CHILD
+    argv: [pwd]
+    cwd: "{cwd}"
+    capabilities: ["state.read:{ns}"]
+    input_schema:
+      $schema: https://json-schema.org/draft/2020-12/schema
+      type: object
+      properties:
+        cwd: {type: string, description: the working directory}
+        ns: {type: string, description: a namespace}
+      required: []
+      additionalProperties: false
+    limits: {max_execution_time: 10s}
+`)
+	reg, err := tools.ParseRegistryFile("reg.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := reg.Lookup("child.pwd", "")
+	d := e.Declaration()
+	if got := capability.Strings(d.RequiredCapabilities); len(got) != 1 || got[0] != "process.exec:"+exe {
+		t.Errorf("required: %q; want only process.exec", got)
+	}
+	if got := d.InputCapabilities; len(got) != 2 || got[0].String() != "state.read:{ns}" || got[1].String() != "filesystem.read:{cwd}" {
+		t.Errorf("input capabilities: %v", got)
+	}
+
+	rt := openFileRuntime(t, src, "process.exec:"+exe)
+	if out := completed(t, rt, "child.pwd", map[string]any{}); out["success"] != true {
+		t.Errorf("no cwd: %v", out)
+	}
+	for _, in := range []map[string]any{{"cwd": dir}, {"ns": "orders"}} {
+		res, err := execute(t, rt, "child.pwd", in)
+		if !errors.Is(err, tgruntime.ErrAuthorization) || res.State != lifecycle.Denied {
+			t.Errorf("%v without the grant: %v, state %s; want DENIED", in, err, res.State)
+		}
+	}
+	rt = openFileRuntime(t, src, "process.exec:"+exe, "filesystem.read:"+dir)
+	if out := completed(t, rt, "child.pwd", map[string]any{"cwd": dir}); out["success"] != true || out["cwd"] != dir {
+		t.Errorf("cwd granted: %v", out)
+	}
 }

@@ -49,7 +49,7 @@ func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Pointer: schemaErrPointer(err), Reason: compileReason(err)}
 	}
-	return &compiled{full: s, fast: buildFast(v, true)}, nil
+	return &compiled{full: s, fast: buildFast(v, true), doc: v}, nil
 }
 
 // compiled is a schema compiled for the full validator, and its fastSchema
@@ -57,6 +57,7 @@ func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
 type compiled struct {
 	full *jsonschema.Schema
 	fast *fastSchema // nil: the schema uses something a fastSchema does not handle
+	doc  any         // the schema document, decoded
 }
 
 // compileReason flattens a compile error into one line without the
@@ -115,6 +116,9 @@ func decodeJSON(b []byte) (any, error) {
 	if !utf8.Valid(b) {
 		return nil, errors.New("not valid UTF-8")
 	}
+	if err := pairedSurrogates(b); err != nil {
+		return nil, err
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
@@ -128,6 +132,59 @@ func decodeJSON(b []byte) (any, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// pairedSurrogates refuses a JSON text (valid, or about to be refused as
+// invalid) with a \u escape of half a UTF-16 surrogate pair: it names no
+// character, so it is no valid Unicode text (I-JSON, RFC 7493 2.1), and
+// encoding/json would silently turn it into U+FFFD, handing the tool a
+// name other than the one given.
+func pairedSurrogates(b []byte) error {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range b[i+2 : i+6] {
+			switch {
+			case '0' <= c && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case 'a' <= c && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case 'A' <= c && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i < len(b); {
+		r, ok := hex4(i)
+		switch {
+		case !ok:
+			i += 2 // another escape, \\ included
+		case 0xD800 <= r && r <= 0xDBFF:
+			if lo, ok := hex4(i + 6); ok && 0xDC00 <= lo && lo <= 0xDFFF {
+				i += 12
+				break
+			}
+			return fmt.Errorf("not valid Unicode: the escape \\u%04x at offset %d is half of a UTF-16 surrogate pair, without its other half", r, i)
+		case 0xDC00 <= r && r <= 0xDFFF:
+			return fmt.Errorf("not valid Unicode: the escape \\u%04x at offset %d is half of a UTF-16 surrogate pair, without its other half", r, i)
+		default:
+			i += 6
+		}
+		if i >= len(b) {
+			break
+		}
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+	}
+	return nil
 }
 
 // noDuplicateKeys refuses a JSON value (already known to be valid) in
@@ -304,9 +361,47 @@ func validateFull(s *compiled, which string, raw []byte) (any, error) {
 		if !errors.As(err, &ve) {
 			return nil, &ValueError{Which: which, Problems: []Problem{{Message: err.Error()}}}
 		}
-		return nil, &ValueError{Which: which, Problems: problems(ve)}
+		ps := problems(ve)
+		explainPatterns(s.doc, ve, ps)
+		return nil, &ValueError{Which: which, Problems: ps}
 	}
 	return v, nil
+}
+
+// explainPatterns adds to each "does not match pattern" problem the
+// description of the schema that holds the pattern, which says in words
+// what the regular expression means ("any UTF-8 name without control
+// characters"). ps are problems(ve), in the same order.
+func explainPatterns(doc any, ve *jsonschema.ValidationError, ps []Problem) {
+	i := 0
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		defer func() { i++ }()
+		_, frag, ok := strings.Cut(e.AbsoluteKeywordLocation, "#")
+		if !ok || !strings.HasSuffix(frag, "/pattern") || i >= len(ps) {
+			return
+		}
+		node := doc
+		for _, tok := range strings.Split(strings.TrimPrefix(strings.TrimSuffix(frag, "/pattern"), "/"), "/") {
+			if tok == "" {
+				continue
+			}
+			m, _ := node.(map[string]any)
+			node = m[strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)]
+		}
+		if m, _ := node.(map[string]any); m != nil {
+			if desc, _ := m["description"].(string); desc != "" {
+				ps[i].Message += " (" + desc + ")"
+			}
+		}
+	}
+	walk(ve)
 }
 
 // problems flattens a validation error into its leaf causes, the ones that

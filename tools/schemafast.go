@@ -581,5 +581,5 @@ func (f *fastSchema) array(s *scanner) bool {
 // JSON value in valid UTF-8 that the fastSchema accepts. false means "not
 // proven", never "invalid": the full validator decides then.
 func (s *compiled) fastValid(raw []byte) bool {
-	return s.fast != nil && utf8.Valid(raw) && json.Valid(raw) && s.fast.valid(raw)
+	return s.fast != nil && utf8.Valid(raw) && json.Valid(raw) && pairedSurrogates(raw) == nil && s.fast.valid(raw)
 }

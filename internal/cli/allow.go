@@ -84,7 +84,8 @@ func knownCapabilities(regs []*tools.Registry) ([]string, error) {
 	known := slices.Clone(runtimeCapabilities)
 	for _, reg := range regs {
 		for _, e := range reg.Entries() {
-			for _, c := range e.Declaration().RequiredCapabilities {
+			d := e.Declaration()
+			for _, c := range d.MayRequire() {
 				known = append(known, c.Name)
 			}
 		}

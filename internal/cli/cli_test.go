@@ -61,11 +61,11 @@ func TestRun_ExitCodes(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"completed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED file.read@1.1.0"},
+		{"completed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED file.read@1.2.0"},
 		{"completed at version", []string{"run", "file.read@1.0.0", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`}, ExitCompleted, "COMPLETED"},
 		{"failed: schema", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`}, ExitFailed, "/path"},
 		{"failed: malformed", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":`}, ExitFailed, "not valid JSON"},
-		{"failed: injection pattern", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"a; rm -rf /"}`}, ExitFailed, "FAILED"},
+		{"failed: injection pattern", []string{"run", "file.read@1.0.0", "--allow", "filesystem.read:.", "--input", `{"path":"a; rm -rf /"}`}, ExitFailed, "FAILED"},
 		{"denied", []string{"run", "file.read", "--input", `{"path":"hello.txt"}`}, ExitDenied, "--allow filesystem.read:PATH"},
 		{"denied: wrong capability", []string{"run", "file.read", "--allow", "filesystem.write:.", "--input", `{"path":"hello.txt"}`}, ExitDenied, "DENIED"},
 		{"aborted: file size limit", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"big.txt"}`}, ExitAborted, "file_size_limit"},
@@ -134,7 +134,7 @@ func TestRun_JSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("--json output is not JSON: %v\n%s", err, r.stdout)
 	}
-	if res.ExecutionID == "" || res.CallID != "call-1" || res.Tool != "file.read" || res.Version != "1.1.0" ||
+	if res.ExecutionID == "" || res.CallID != "call-1" || res.Tool != "file.read" || res.Version != "1.2.0" ||
 		res.State != "DENIED" || res.Error == nil || res.Error.Type != "AuthorizationError" || len(res.Attempts) != 1 {
 		t.Fatalf("result %+v", res)
 	}
@@ -196,7 +196,7 @@ func TestTools(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	workdir(t)
 	r := toolgate(t, "", "describe", "file.read")
-	for _, want := range []string{"file.read@1.1.0", "Input schema", `"pattern"`, "Output schema", "max execution time 5s"} {
+	for _, want := range []string{"file.read@1.2.0", "Input schema", `"pattern"`, "Output schema", "max execution time 5s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("describe output lacks %q:\n%s", want, r.stdout)
 		}

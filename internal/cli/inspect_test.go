@@ -74,7 +74,7 @@ func TestExecutions(t *testing.T) {
 	errCodes := map[string]string{"COMPLETED": " -", "DENIED": "capability_denied", "FAILED": "invalid_input", "ROLLED_BACK": "tool_error"}
 	for i, state := range order { // oldest first
 		row := rows[i]
-		for _, want := range []string{ids[state], state, "file.read@1.1.0", errCodes[state]} {
+		for _, want := range []string{ids[state], state, "file.read@1.2.0", errCodes[state]} {
 			if !strings.Contains(row, want) {
 				t.Fatalf("row %d lacks %q: %s", i, want, row)
 			}
@@ -96,7 +96,7 @@ func TestExecutions(t *testing.T) {
 		{"state", []string{"--state", "ROLLED_BACK"}, []string{"ROLLED_BACK"}},
 		{"state, any case", []string{"--state", "denied"}, []string{"DENIED"}},
 		{"tool", []string{"--tool", "file.read"}, order},
-		{"tool at version", []string{"--tool", "file.read@1.1.0"}, order},
+		{"tool at version", []string{"--tool", "file.read@1.2.0"}, order},
 		{"call", []string{"--call", "call-failed"}, []string{"FAILED"}},
 		{"limit keeps the newest", []string{"--limit", "2"}, order[2:]},
 		{"limit 0 keeps all", []string{"--limit", "0"}, order},
@@ -137,7 +137,7 @@ func TestExecutions_JSON(t *testing.T) {
 	}
 	for i, state := range []string{"COMPLETED", "DENIED", "FAILED", "ROLLED_BACK"} {
 		rec := recs[i]
-		if rec.ExecutionID != ids[state] || rec.State != state || rec.ToolID != "file.read" || rec.ToolVersion != "1.1.0" ||
+		if rec.ExecutionID != ids[state] || rec.State != state || rec.ToolID != "file.read" || rec.ToolVersion != "1.2.0" ||
 			rec.Attempt != 1 || rec.CallID == "" || !strings.HasPrefix(rec.Principal, "cli:") || rec.StartedAt.IsZero() ||
 			rec.EndedAt.IsZero() || rec.InputHash == "" || len(rec.Transitions) == 0 || rec.Transitions[len(rec.Transitions)-1].To != state {
 			t.Fatalf("record %d: %+v", i, rec)
@@ -224,7 +224,7 @@ func TestShow(t *testing.T) {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
 			out := r.stdout
-			for _, want := range append([]string{"Execution:    " + id, "Tool:         file.read@1.1.0", "State:        " + tc.state,
+			for _, want := range append([]string{"Execution:    " + id, "Tool:         file.read@1.2.0", "State:        " + tc.state,
 				"Attempt:      1", "Principal:    cli:", "Started:", "Ended:", "Duration:", "Input hash:", "Transitions:",
 				"FROM -> TO", "EVENT", "+DELTA", "REASON"}, tc.want...) {
 				if !strings.Contains(out, want) {

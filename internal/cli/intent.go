@@ -258,7 +258,12 @@ func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 		Path string `json:"path"`
 	}
 	_ = json.Unmarshal(it.Input, &in)
-	for _, c := range e.Declaration().RequiredCapabilities {
+	d := e.Declaration()
+	required, _, err := d.RequiredFor(it.Input, "") // with the scopes the input gives (a cwd)
+	if err != nil {
+		required = d.RequiredCapabilities
+	}
+	for _, c := range required {
 		v := c.String()
 		if c.Scope == "" {
 			switch {

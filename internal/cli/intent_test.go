@@ -46,7 +46,7 @@ func TestIntent_CLI(t *testing.T) {
 		t.Fatalf("list: %d\n%s", r.code, r.stdout)
 	}
 	r = toolgate(t, "", "intent", "show", id)
-	for _, want := range []string{id, hash, "PENDING", "file.read@1.1.0", `"path": "hello.txt"`, "proposed by cli:"} {
+	for _, want := range []string{id, hash, "PENDING", "file.read@1.2.0", `"path": "hello.txt"`, "proposed by cli:"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}

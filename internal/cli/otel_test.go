@@ -212,7 +212,7 @@ func TestRun_Telemetry(t *testing.T) {
 			r = toolgate(t, "", "run", "file.read", "--input", `{"path":"hello.txt"}`)
 			line, _, _ := strings.Cut(r.stderr, "\n")
 			i := strings.Index(line, ", trace ")
-			if r.code != ExitDenied || !strings.HasPrefix(line, "DENIED file.read@1.1.0") || i < 0 {
+			if r.code != ExitDenied || !strings.HasPrefix(line, "DENIED file.read@1.2.0") || i < 0 {
 				t.Fatalf("exit %d, status line %q", r.code, line)
 			}
 			id := strings.TrimSuffix(line[i+len(", trace "):], ")")

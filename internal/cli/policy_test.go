@@ -28,13 +28,13 @@ func TestPolicyCheck(t *testing.T) {
 	policy := writePolicy(t, dir)
 
 	r := toolgate(t, "", "policy", "check", "--policy", policy, "--principal", "alice", "file.read")
-	if r.code != ExitCompleted || !strings.Contains(r.stdout, "ALLOWED: alice may run file.read@1.1.0") ||
+	if r.code != ExitCompleted || !strings.Contains(r.stdout, "ALLOWED: alice may run file.read@1.2.0") ||
 		!strings.Contains(r.stdout, "met by filesystem.read:"+dir) || !strings.Contains(r.stdout, "sha256:") {
 		t.Fatalf("alice: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
 	r = toolgate(t, "", "policy", "check", "--policy", policy, "--principal", "mallory", "file.read")
-	if r.code != ExitDenied || !strings.Contains(r.stdout, "DENIED: mallory may not run file.read@1.1.0") || !strings.Contains(r.stdout, "MISSING") {
+	if r.code != ExitDenied || !strings.Contains(r.stdout, "DENIED: mallory may not run file.read@1.2.0") || !strings.Contains(r.stdout, "MISSING") {
 		t.Fatalf("mallory: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 

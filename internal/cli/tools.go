@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/tools"
 )
 
 func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -29,7 +30,7 @@ func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
 			fmt.Fprintln(tw, "TOOL\tVERSION\tCAPABILITIES\tDESCRIPTION")
 			for _, e := range entries {
 				d := e.Declaration()
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.ID, d.Version, strings.Join(capability.Strings(d.RequiredCapabilities), ","), d.Description)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.ID, d.Version, strings.Join(declaredCaps(d), ","), d.Description)
 			}
 			return tw.Flush()
 		},
@@ -52,11 +53,14 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 			}
 			w := stdio.Out
 			fmt.Fprintf(w, "%s@%s  %s\n%s\n\n", d.ID, d.Version, d.Name, d.Description)
-			caps := capability.Strings(d.RequiredCapabilities)
+			caps := declaredCaps(d)
 			if len(caps) == 0 {
 				caps = []string{"(none)"}
 			}
 			fmt.Fprintf(w, "Required capabilities: %s\n", strings.Join(caps, ", "))
+			if len(d.InputCapabilities) > 0 {
+				fmt.Fprintln(w, "                       (name:{field}: required, scoped by that input field, when a call gives it)")
+			}
 			l := d.ResourceLimits
 			fmt.Fprintf(w, "Limits:                max execution time %v", l.MaxExecutionTime)
 			for _, x := range []struct {
@@ -83,4 +87,15 @@ func encodeJSON(stdio Stdio, v any) error {
 	enc := json.NewEncoder(stdio.Out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// declaredCaps lists what a tool requires: its capabilities, then its
+// input capabilities as "filesystem.read:{cwd}" (required, scoped by the
+// field, when a call gives it).
+func declaredCaps(d tools.Declaration) []string {
+	out := capability.Strings(d.RequiredCapabilities)
+	for _, ic := range d.InputCapabilities {
+		out = append(out, ic.String())
+	}
+	return out
 }
