@@ -21,9 +21,11 @@ type Holder struct {
 	PID     int       `json:"pid"`
 	Command []string  `json:"command"` // the process's command line
 	Since   time.Time `json:"since"`   // when it took the lock
-	// Addr is the address a server holding the database listens on, when
-	// it said so (SetHolderAddr).
+	// Addr is the address a server holding the database listens on, and
+	// API what it serves there ("http": toolgate's HTTP API; "mcp": MCP
+	// over streamable HTTP), when it said so (SetHolderAddr).
 	Addr string `json:"addr,omitempty"`
+	API  string `json:"api,omitempty"`
 }
 
 // HolderPath is the holder file of the database at dbPath: dbPath with
@@ -45,10 +47,10 @@ func ReadHolder(dbPath string) *Holder {
 	return &h
 }
 
-// SetHolderAddr records addr as the address the process holding the
-// database at dbPath listens on. Only the holder may: it fails when the
-// holder file names another process.
-func SetHolderAddr(dbPath, addr string) error {
+// SetHolderAddr records that the process holding the database at dbPath
+// serves api (see Holder.API) on addr. Only the holder may: it fails when
+// the holder file names another process.
+func SetHolderAddr(dbPath, addr, api string) error {
 	b, err := os.ReadFile(HolderPath(dbPath))
 	if err != nil {
 		return err
@@ -60,7 +62,7 @@ func SetHolderAddr(dbPath, addr string) error {
 	if h.PID != os.Getpid() {
 		return errors.New("txn: the database's holder file names another process")
 	}
-	h.Addr = addr
+	h.Addr, h.API = addr, api
 	return writeHolder(dbPath, &h)
 }
 

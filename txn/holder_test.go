@@ -32,10 +32,10 @@ func TestHolder(t *testing.T) {
 	if _, err := txn.Open(path, &txn.Options{Timeout: 10 * time.Millisecond}); !errors.Is(err, txn.ErrLocked) {
 		t.Fatalf("second open: %v", err)
 	}
-	if err := txn.SetHolderAddr(path, "127.0.0.1:7070"); err != nil {
+	if err := txn.SetHolderAddr(path, "127.0.0.1:7070", "http"); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h == nil || h.Addr != "127.0.0.1:7070" {
+	if h := txn.ReadHolder(path); h == nil || h.Addr != "127.0.0.1:7070" || h.API != "http" {
 		t.Fatalf("holder after SetHolderAddr = %+v", h)
 	}
 	if err := s.Close(); err != nil {
@@ -94,7 +94,7 @@ func TestHolder_Stale(t *testing.T) {
 	if h := txn.ReadHolder(path); h != nil {
 		t.Fatalf("an unreadable holder file names %+v", h)
 	}
-	if err := txn.SetHolderAddr(path, "x"); err == nil {
+	if err := txn.SetHolderAddr(path, "x", "http"); err == nil {
 		t.Fatal("SetHolderAddr over a file that is not ours succeeded")
 	}
 }
