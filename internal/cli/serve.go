@@ -100,6 +100,7 @@ the config file stores for it.`,
 			opts := &tgruntime.Options{Policy: policy}
 			cfg.ApplyTo(opts) // the idempotency TTL
 			tel.configure(opts)
+			g.addr, g.api = l.Addr().String(), "http" // for the holder file
 			rt, err := g.open(opts)
 			if err != nil {
 				return err
