@@ -42,9 +42,9 @@ type heldError struct {
 
 func (e *heldError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "database %s is locked", e.path)
+	fmt.Fprintf(&b, "database %s is locked by another process", e.path)
 	if h := e.holder; h != nil {
-		fmt.Fprintf(&b, ": it is held by `%s` (pid %d", commandLine(h.Command), h.PID)
+		fmt.Fprintf(&b, ", `%s` (pid %d", commandLine(h.Command), h.PID)
 		if h.Addr != "" {
 			fmt.Fprintf(&b, ", listening on %s", clean(h.Addr))
 			if h.API == "mcp" {
@@ -53,7 +53,7 @@ func (e *heldError) Error() string {
 		}
 		fmt.Fprintf(&b, ") since %s", h.Since.Local().Format("2006-01-02 15:04:05 MST"))
 	} else {
-		b.WriteString(" by another process (one that did not record itself: a toolgate older than this one, or another program)")
+		b.WriteString(" (one that did not record itself: a 'toolgate serve' or 'toolgate run' older than this one, or another program)")
 	}
 	if e.waited > 0 {
 		fmt.Fprintf(&b, ", and was not released within --wait %v", e.waited)

@@ -119,7 +119,7 @@ func TestHeld_NamesTheServer(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := toolgate(t, "", c.args...)
-		if r.code != ExitInternal || !strings.Contains(r.stderr, "is locked: it is held by `") || !strings.Contains(r.stderr, " serve --config ") ||
+		if r.code != ExitInternal || !strings.Contains(r.stderr, "is locked by another process, `") || !strings.Contains(r.stderr, " serve --config ") ||
 			!strings.Contains(r.stderr, holder) {
 			t.Errorf("%v: exit %d, want 1 naming the server %s:\n%s", c.args, r.code, holder, r.stderr)
 			continue
