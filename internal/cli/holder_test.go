@@ -49,12 +49,19 @@ type served struct {
 // serves. It is stopped (SIGINT) when the test ends, unless it was before.
 func serveChild(t *testing.T, dir string) *served {
 	t.Helper()
+	return serverChild(t, dir, "serve", "--addr", "127.0.0.1:0", "--no-request-log")
+}
+
+// serverChild starts the toolgate server command args (serve, mcp --http)
+// with a config file and a policy in dir; see serveChild.
+func serverChild(t *testing.T, dir string, args ...string) *served {
+	t.Helper()
 	cfg := filepath.Join(dir, "server.json")
 	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
 	policy := filepath.Join(dir, "policy.json")
 	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{"agent":["filesystem.read:`+dir+`"]}}`), 0o600))
-	cmd := exec.Command(os.Args[0], "serve", "--config", cfg, "--policy", policy, "--addr", "127.0.0.1:0", "--no-request-log",
-		"--db", filepath.Join(dir, "state", "toolgate.db"))
+	args = append(args, "--config", cfg, "--policy", policy, "--db", filepath.Join(dir, "state", "toolgate.db"))
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), asToolgate+"=1")
 	stderr, err := cmd.StderrPipe()
@@ -66,7 +73,7 @@ func serveChild(t *testing.T, dir string) *served {
 	var seen []string
 	for lines.Scan() {
 		seen = append(seen, lines.Text())
-		if m := regexp.MustCompile(`serving on http://(\S+)`).FindStringSubmatch(lines.Text()); m != nil {
+		if m := regexp.MustCompile(`serving (?:MCP )?on http://(\S+)`).FindStringSubmatch(lines.Text()); m != nil {
 			s.addr = m[1]
 			break
 		}
@@ -119,7 +126,7 @@ func TestHeld_NamesTheServer(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := toolgate(t, "", c.args...)
-		if r.code != ExitInternal || !strings.Contains(r.stderr, "is locked by another process, `") || !strings.Contains(r.stderr, " serve --config ") ||
+		if r.code != ExitInternal || !strings.Contains(r.stderr, "is locked by another process, `") || !strings.Contains(r.stderr, " serve --addr 127.0.0.1:0 ") ||
 			!strings.Contains(r.stderr, holder) {
 			t.Errorf("%v: exit %d, want 1 naming the server %s:\n%s", c.args, r.code, holder, r.stderr)
 			continue
@@ -129,6 +136,21 @@ func TestHeld_NamesTheServer(t *testing.T) {
 				t.Errorf("%v: the message does not say %q:\n%s", c.args, w, r.stderr)
 			}
 		}
+	}
+}
+
+// An MCP server over HTTP holding the database is named with its address,
+// and no read through an HTTP API it does not serve is offered.
+func TestHeld_NamesTheMCPServer(t *testing.T) {
+	dir := workdir(t)
+	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0")
+	r := toolgate(t, "", "executions")
+	if r.code != ExitInternal || !strings.Contains(r.stderr, fmt.Sprintf("(pid %d, listening on %s for MCP)", s.pid, s.addr)) ||
+		!strings.Contains(r.stderr, " mcp --http ") || strings.Contains(r.stderr, "--token") {
+		t.Fatalf("executions beside 'mcp --http': exit %d\n%s", r.code, r.stderr)
+	}
+	if r := toolgate(t, "", "show", "some-id", "--token", "tok"); r.code != ExitInternal || !strings.Contains(r.stderr, "for MCP)") {
+		t.Fatalf("show beside 'mcp --http': exit %d\n%s", r.code, r.stderr)
 	}
 }
 
