@@ -239,7 +239,7 @@ func (g *globals) followHeld(path string, said *int) {
 	fmt.Fprintf(g.stderr, "toolgate: database %s is held by %s, whose lock keeps readers out: no events can be read until it exits; still following (its events will appear then)\n", txn.ShownPath(path), who)
 }
 
-// token is the bearer token for a holding server: --token, else
+// bearer is the token for a holding server: --token, else
 // $TOOLGATE_TOKEN.
 func (g *globals) bearer() string {
 	if g.token != "" {
@@ -273,8 +273,9 @@ func serverURL(h *txn.Holder) (string, bool) {
 }
 
 // showThroughServer is 'toolgate show ID' against a database a local
-// server holds: GET /v1/executions/{id} with the user's token. It returns
-// done false (and the held error, with advice) when it cannot ask.
+// server holds: GET /v1/executions/{id} with the user's token, the record
+// handed to show. When it cannot ask (no token, a holder that serves no
+// HTTP API on loopback) it returns the held error, saying how to.
 func (g *globals) showThroughServer(ctx context.Context, held *heldError, stdio Stdio, id string, show func(*txn.Record) error) error {
 	base, ok := serverURL(held.holder)
 	if !ok {
