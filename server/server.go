@@ -317,8 +317,8 @@ type executeRequest struct {
 // other; a request cannot.
 const BypassCapability = "idempotency.bypass"
 
-var versionRE = regexp.MustCompile(`^[0-9A-Za-z.+-]{1,64}$`)
-var callIDRE = regexp.MustCompile(`^[0-9A-Za-z._:-]{1,128}$`)
+var versionRE = &lazyRegexp{expr: `^[0-9A-Za-z.+-]{1,64}$`}
+var callIDRE = &lazyRegexp{expr: `^[0-9A-Za-z._:-]{1,128}$`}
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig) {
 	name := r.PathValue("name")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -24,7 +25,21 @@ var errNoLoad = errors.New("loading external schemas is disabled; put definition
 // compileSchema lints doc against RFC-0001 6.3 and compiles it under draft
 // 2020-12. The compiler has its own loader that refuses every URL, so
 // nothing is read from the filesystem or network.
+//
+// A built-in tool's schema, byte for byte as Builtins declares it, is not
+// compiled here but at its first use (see builtinSchema): listing the tools
+// or running one of them then compiles none or two schemas, not all of
+// them, which is most of the CLI's start-up time. TestBuiltinSchemas
+// compiles every one of them, so the deferral defers no error.
 func compileSchema(tool, which string, doc json.RawMessage) (*compiled, error) {
+	if builtinSchema(tool, which, doc) {
+		return &compiled{deferred: &deferredSchema{tool: tool, which: which, doc: doc}}, nil
+	}
+	return compileNow(tool, which, doc)
+}
+
+// compileNow is compileSchema without the deferral.
+func compileNow(tool, which string, doc json.RawMessage) (*compiled, error) {
 	v, err := decodeJSON(doc)
 	if err != nil {
 		return nil, &SchemaError{Tool: tool, Schema: which, Reason: "not valid JSON: " + err.Error()}
@@ -58,6 +73,50 @@ type compiled struct {
 	full *jsonschema.Schema
 	fast *fastSchema // nil: the schema uses something a fastSchema does not handle
 	doc  any         // the schema document, decoded
+	// deferred: a built-in tool's schema, compiled at its first use; full
+	// and fast are then unused (see load).
+	deferred *deferredSchema
+}
+
+// deferredSchema is a schema compiled once, when first used.
+type deferredSchema struct {
+	tool, which string
+	doc         json.RawMessage
+	once        sync.Once
+	c           *compiled
+	err         error
+}
+
+// load returns s compiled: s itself, or its deferred schema, compiled now
+// if this is its first use. An error (a built-in schema that does not
+// compile: TestBuiltinSchemas rules it out) fails every validation
+// against s.
+func (s *compiled) load() (*compiled, error) {
+	d := s.deferred
+	if d == nil {
+		return s, nil
+	}
+	d.once.Do(func() { d.c, d.err = compileNow(d.tool, d.which, d.doc) })
+	return d.c, d.err
+}
+
+// builtinSchemas are the schemas of the built-in tools, by tool key and
+// schema name, built once when first needed.
+var builtinSchemas = sync.OnceValue(func() map[string]json.RawMessage {
+	m := map[string]json.RawMessage{}
+	for _, t := range Builtins() {
+		d := t.Declaration()
+		m[d.Key()+" inputSchema"] = d.InputSchema
+		m[d.Key()+" outputSchema"] = d.OutputSchema
+	}
+	return m
+})
+
+// builtinSchema reports whether doc is, byte for byte, schema which of the
+// built-in tool key.
+func builtinSchema(key, which string, doc json.RawMessage) bool {
+	b, ok := builtinSchemas()[key+" "+which]
+	return ok && bytes.Equal(b, doc)
 }
 
 // compileReason flattens a compile error into one line without the
@@ -352,6 +411,10 @@ func validateValue(s *compiled, which string, raw []byte) (any, error) {
 // validateFull is validateValue without the fast path: raw decoded in full
 // and checked by the full validator.
 func validateFull(s *compiled, which string, raw []byte) (any, error) {
+	s, err := s.load()
+	if err != nil {
+		return nil, err
+	}
 	v, err := decodeJSON(raw)
 	if err != nil {
 		return nil, &ValueError{Which: which, Malformed: true, Problems: []Problem{{Message: err.Error()}}}

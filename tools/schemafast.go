@@ -581,5 +581,9 @@ func (f *fastSchema) array(s *scanner) bool {
 // JSON value in valid UTF-8 that the fastSchema accepts. false means "not
 // proven", never "invalid": the full validator decides then.
 func (s *compiled) fastValid(raw []byte) bool {
+	s, err := s.load()
+	if err != nil {
+		return false // validateFull reports it
+	}
 	return s.fast != nil && utf8.Valid(raw) && json.Valid(raw) && pairedSurrogates(raw) == nil && s.fast.valid(raw)
 }

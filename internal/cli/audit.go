@@ -527,6 +527,7 @@ type tailer struct {
 	n       uint64 // how many events the first poll prints
 	started bool   // a first poll has run
 	last    uint64 // the seq of the last event printed or skipped
+	heldBy  int    // the pid of the holder followHeld named; 0: none yet
 }
 
 // poll prints the events not printed yet.
@@ -599,7 +600,10 @@ func (t *tailer) followOnce(ctx context.Context, path string) error {
 	}
 	store, err := txn.Open(path, &txn.Options{ReadOnly: true, Timeout: followLockWait})
 	switch {
-	case errors.Is(err, txn.ErrLocked), errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, txn.ErrLocked):
+		t.g.followHeld(path, &t.heldBy) // says why nothing is printed
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
 		return err

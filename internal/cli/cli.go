@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -238,6 +239,12 @@ type globals struct {
 	json         bool
 	policyPath   string
 	registryPath string
+	wait         time.Duration // --wait: how long to wait for a database another process holds
+	token        string        // --token: for a server that holds the database (see holder.go)
+
+	cmd  *cobra.Command // the command running
+	addr string         // the address serve or mcp --http listens on, for the holder file
+	api  string         // what it serves there: "http" or "mcp"
 
 	stderr  io.Writer       // where the gateway's warnings and upstreams' stderr go
 	reg     *tools.Registry // loaded once per command (upstream MCP servers start once)
@@ -263,6 +270,15 @@ with every lifecycle transition in a bbolt database.
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database: a file, or a postgres:// URL (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
+	root.PersistentFlags().Var(newDurationValue(&g.wait, 0), "wait", "wait up to this long for a database another toolgate command holds (default 1s)")
+	root.PersistentFlags().StringVar(&g.token, "token", "", "bearer token for the local server that holds the database, to read through its HTTP API (default $TOOLGATE_TOKEN)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		g.cmd = cmd
+		if g.wait < 0 {
+			return usageErr("--wait %v: a duration must not be negative", g.wait)
+		}
+		return nil
+	}
 	root.PersistentFlags().StringVar(&g.registryPath, "registry", "", "registry file of external tools, YAML or JSON (default $TOOLGATE_REGISTRY; none: the built-in tools only)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
 	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio), newMCPCmd(g, stdio))

@@ -29,8 +29,9 @@ const timeMillis = "2006-01-02T15:04:05.000Z07:00"
 const inspectLockHelp = `The database is opened read-only and never created. A read-only open takes a
 shared lock, which cannot coexist with the exclusive lock of a writer (a
 running 'toolgate serve' or 'toolgate run'): it then fails after a second
-with a "locked" error (exit 1). Retry when the run is done; while a server
-runs, stop it or ask it over its HTTP API.`
+(--wait D: after D) with a "locked" error (exit 1) that names the holder, its
+pid and a server's address. 'toolgate show' reads through a local server's
+HTTP API instead, with --token or $TOOLGATE_TOKEN.`
 
 func newExecutionsCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
@@ -144,6 +145,14 @@ names each field that disagrees, and exits 7.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			store, err := g.openReadOnly()
+			if held := heldBy(err); held != nil { // a local server holds it: ask it
+				return g.showThroughServer(cmd.Context(), held, stdio, id, func(rec *txn.Record) error {
+					if g.json {
+						return encodeJSON(stdio, rec)
+					}
+					return writeRecord(stdio.Out, rec, stack)
+				})
+			}
 			if err != nil {
 				return err
 			}
@@ -250,15 +259,14 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 			return nil, nil
 		}
 	}
-	store, err := txn.Open(path, &txn.Options{ReadOnly: true})
+	store, err := g.openShared(path) // holder.go: --wait, and who holds it
 	switch {
 	case err == nil:
 		return store, nil
 	case errors.Is(err, fs.ErrNotExist): // removed since the Stat
 		return nil, nil
-	case errors.Is(err, txn.ErrLocked):
-		path = txn.ShownPath(path)
-		return nil, internalErr(fmt.Errorf("database %s is locked by another process (a running 'toolgate serve' or 'toolgate run'?): read-only inspection needs a shared lock, which a writer's exclusive lock excludes; retry when a run has finished, or stop the server or use its HTTP API", path))
+	case heldBy(err) != nil:
+		return nil, err
 	}
 	return nil, internalErr(err)
 }

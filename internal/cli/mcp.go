@@ -100,6 +100,7 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 					return internalErr(err)
 				}
 				defer l.Close()
+				g.addr, g.api = l.Addr().String(), "mcp" // for the holder file
 			}
 			tel := startTelemetry(cmd.Context(), stdio.Err)
 			defer tel.shutdown()

@@ -217,11 +217,7 @@ func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 		}
 		opts.Registry = reg
 	}
-	rt, err := tgruntime.Open(path, opts)
-	if err != nil {
-		return nil, internalErr(err)
-	}
-	return rt, nil
+	return g.openRuntime(path, opts) // holder.go: --wait, and who holds it
 }
 
 // registry returns the frozen registry of the tools the CLI runs: the

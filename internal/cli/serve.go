@@ -138,6 +138,7 @@ the config file stores for it.`,
 					n.Notify(in)
 				}
 			}
+			g.addr, g.api = l.Addr().String(), "http" // for the holder file
 			rt, err := g.open(opts)
 			if err != nil {
 				return err
