@@ -306,7 +306,8 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
 		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
 	}
-	defer s.progress(ctx, req)()
+	ctx, stop := s.progress(ctx, req, &d)
+	defer stop()
 	if d.RequiresApproval {
 		return s.approval(ctx, req, e, inv)
 	}
@@ -473,7 +474,8 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	if err := dec.Decode(&ref); err != nil || ref.ID == "" || ref.Hash == "" {
 		return refusal("ValidationError", "invalid_input", `the arguments are {"id": "...", "hash": "..."}: the intent's id and hash`), nil
 	}
-	defer s.progress(ctx, req)()
+	ctx, stop := s.progress(ctx, req, nil)
+	defer stop()
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
 		Principal: r.principal, Grants: s.opts.Grants,
@@ -482,12 +484,18 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 }
 
 // progress reports the elapsed time while the call runs, when the client
-// sent a progress token; the returned function stops it.
-func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func() {
+// sent a progress token, and the bytes of output the call's processes
+// wrote so far (for a tool that may run processes, or once one wrote
+// something); it returns the context to run the call in and the function
+// that stops it.
+func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest, d *tools.Declaration) (context.Context, func()) {
 	token := req.Params.GetProgressToken()
 	if token == nil || req.Session == nil {
-		return func() {}
+		return ctx, func() {}
 	}
+	out := new(tools.OutputCounter)
+	ctx = tools.WithOutputCounter(ctx, out)
+	process := d != nil && slices.ContainsFunc(d.RequiredCapabilities, func(c capability.Capability) bool { return c.Name == "process.exec" })
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -503,14 +511,17 @@ func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func() 
 				return
 			case <-t.C:
 				el := time.Since(start)
+				msg := "running for " + el.Round(time.Millisecond).String()
+				if n := out.Bytes(); process || n > 0 {
+					msg += fmt.Sprintf("; %d bytes of output so far", n)
+				}
 				req.Session.NotifyProgress(context.WithoutCancel(ctx), &sdk.ProgressNotificationParams{
-					ProgressToken: token, Progress: el.Seconds(),
-					Message: "running for " + el.Round(time.Millisecond).String(),
+					ProgressToken: token, Progress: el.Seconds(), Message: msg,
 				})
 			}
 		}
 	}()
-	return func() { close(done); <-stopped }
+	return ctx, func() { close(done); <-stopped }
 }
 
 // answer maps an invocation's outcome to a tools/call result.
