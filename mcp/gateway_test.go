@@ -437,3 +437,35 @@ func TestGateway_HTTPUpstream(t *testing.T) {
 		t.Errorf("web.ping, its server gone: %s %+v", res.State, res.Error)
 	}
 }
+
+// An upstream result that its tool's own outputSchema refuses is not
+// passed on: the runtime validates it, and the call ends ROLLED_BACK with a
+// message saying the output does not match the schema, and where.
+func TestGateway_UpstreamOutputFailsItsSchema(t *testing.T) {
+	dir := t.TempDir()
+	file, log := upstreamFile(t, dir, "")
+	gw := mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "up.badout", Input: []byte(`{"text":"hi"}`), Principal: "p",
+		Grants: []capability.Capability{capability.MustParse("mcp.call:up")}})
+	if res == nil {
+		t.Fatal("no result")
+	}
+	if calls(t, log, "badout") != 1 {
+		t.Errorf("the upstream got %d calls, want 1", calls(t, log, "badout"))
+	}
+	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ValidationError" ||
+		!strings.Contains(res.Error.Message, "output") || !strings.Contains(res.Error.Message, "/echoed") || len(res.Output) != 0 {
+		t.Errorf("up.badout: %s, %+v, output %s; want ROLLED_BACK with a ValidationError naming the output's /echoed", res.State, res.Error, res.Output)
+	}
+	t.Logf("the message: %s", res.Error.Message)
+}

@@ -64,6 +64,13 @@ func main() {
 	for _, name := range []string{"echo", "secret", "gated"} {
 		s.AddTool(&sdk.Tool{Name: name, Description: name + " the text", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)}, echo)
 	}
+	// badout: a result that its own outputSchema refuses (echoed must be a
+	// string).
+	s.AddTool(&sdk.Tool{Name: "badout", Description: "answers off its schema", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			return &sdk.CallToolResult{Content: text(`{"echoed":42}`), StructuredContent: map[string]any{"echoed": 42}}, nil
+		})
 	// plain: no outputSchema, text content.
 	s.AddTool(&sdk.Tool{Name: "plain", Description: "says hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
