@@ -34,6 +34,11 @@ type GatewayOptions struct {
 	StartTimeout time.Duration
 	// Version is the client version toolgate reports to upstreams.
 	Version string
+	// Only, when set, says which servers to start: Tools leaves the
+	// others out, unstarted, with none of their tools (for a program that
+	// needs one tool, as toolgate run file.read needs no upstream). Nil
+	// starts every server.
+	Only func(server string) bool
 }
 
 // Gateway governs upstream MCP servers: it turns each tool of each server a
@@ -127,6 +132,9 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Tools(servers []tools.MCPServer) ([]tools.Tool, error) {
 	var out []tools.Tool
 	for i := range servers {
+		if g.opts.Only != nil && !g.opts.Only(servers[i].Name) {
+			continue
+		}
 		u := &upstream{decl: servers[i], gw: g}
 		g.mu.Lock()
 		g.upstreams = append(g.upstreams, u)

@@ -119,3 +119,46 @@ func TestGateway_MCPHTTPUpstream(t *testing.T) {
 		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Upstream MCP servers start only for a command that needs them: running
+// or describing a tool of no server starts none; listing the tools, or
+// running a tool of the server, starts it. The "server" here records that
+// it started (and is no MCP server, so a command that starts it fails).
+func TestGateway_UpstreamsStartLazily(t *testing.T) {
+	workdir(t)
+	must(t, os.WriteFile("gateway.yaml", []byte(`mcp_servers:
+  - name: up
+    command: /bin/sh
+    args: ["-c", "echo started >> started.log"]
+    limits: {max_execution_time: 5s}
+`), 0o600))
+	started := func() int {
+		b, _ := os.ReadFile("started.log")
+		return strings.Count(string(b), "started")
+	}
+	for _, args := range [][]string{
+		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`},
+		{"describe", "file.read"},
+		{"run", "upper.x", "--input", "{}"}, // a prefix of the name is not the server
+	} {
+		r := toolgate(t, "", append([]string{"--registry", "gateway.yaml"}, args...)...)
+		if started() != 0 {
+			t.Fatalf("%v started the upstream", args)
+		}
+		if args[0] != "run" || args[1] == "file.read" {
+			if r.code != 0 {
+				t.Errorf("%v: exit %d\n%s", args, r.code, r.stderr)
+			}
+		}
+	}
+	for i, args := range [][]string{
+		{"tools"},
+		{"run", "up.x", "--input", "{}"},
+		{"describe", "up.x"},
+	} {
+		r := toolgate(t, "", append([]string{"--registry", "gateway.yaml"}, args...)...)
+		if started() != i+1 || !strings.Contains(r.stderr, "MCP server up: cannot connect") {
+			t.Errorf("%v: started %d times (want %d), exit %d\n%s", args, started(), i+1, r.code, r.stderr)
+		}
+	}
+}
