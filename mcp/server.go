@@ -187,7 +187,7 @@ func (s *Server) add(e *tools.Entry, name string) {
 		}
 	}()
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		return s.call(ctx, req, e)
+		return s.call(ctx, req, e, &d) // d read once, not per call
 	})
 }
 
@@ -229,9 +229,8 @@ func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 		r.principal = req.Extra.TokenInfo.UserID
 	}
 	meta := req.Params.Meta
-	if v, ok := meta[s.tagKey].(map[string]any); ok {
-		r.rpcID, _ = v["id"].(string)
-		r.session, _ = v["session"].(string)
+	if v, ok := meta[s.tagKey].(string); ok {
+		r.session, r.rpcID, _ = strings.Cut(v, " ")
 		if r.session == "" && req.Session != nil {
 			r.session = req.Session.ID()
 		}
@@ -264,13 +263,16 @@ func callIDPart(s string, max int) string {
 // context continues the caller's trace (_meta traceparent) and opens the
 // tools/call span.
 func (s *Server) context(ctx context.Context, req *sdk.CallToolRequest, r request) (context.Context, trace.Span) {
-	carrier := propagation.MapCarrier{}
+	var carrier propagation.MapCarrier // made only when there is a trace context
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := req.Params.Meta[k].(string); ok {
+			if carrier == nil {
+				carrier = propagation.MapCarrier{}
+			}
 			carrier[k] = v
 		}
 	}
-	if len(carrier) > 0 {
+	if carrier != nil {
 		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
 	}
 	if s.tracer == nil {
@@ -290,8 +292,8 @@ func (s *Server) context(ctx context.Context, req *sdk.CallToolRequest, r reques
 	return s.tracer.Start(ctx, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 }
 
-func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry) (*sdk.CallToolResult, error) {
-	d := e.Declaration()
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry, dp *tools.Declaration) (*sdk.CallToolResult, error) {
+	d := dp
 	r, err := s.request(req)
 	if err != nil {
 		return nil, invalidParams(err.Error())
@@ -306,7 +308,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
 		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
 	}
-	ctx, stop := s.progress(ctx, req, &d)
+	ctx, stop := s.progress(ctx, req, d)
 	defer stop()
 	if d.RequiresApproval {
 		return s.approval(ctx, req, e, inv)
