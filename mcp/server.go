@@ -70,13 +70,14 @@ type Options struct {
 	Logger *slog.Logger
 	// ApproveViaElicitation lets the session's own client approve a call
 	// that requires approval: when the client declared the elicitation
-	// capability, such a call asks it (elicitation/create) to show its user
-	// the exact canonical call and its hash, and an accept with the
-	// confirmation ticked approves the intent as the session's principal,
-	// recorded "via elicitation", and runs it once. A decline, a cancel or
-	// no answer leaves the intent pending. Off by default: the approval
-	// passes through the agent's own client, which a person approving out
-	// of band (toolgate intent approve) does not depend on.
+	// capability, such a call asks it (an input request of the call, or
+	// elicitation/create for a client older than protocol 2026-07-28) to
+	// show its user the exact canonical call and its hash, and an accept
+	// with the confirmation ticked approves the intent as the session's
+	// principal, recorded "via elicitation", and runs it once. A decline, a
+	// cancel or no answer leaves the intent pending. Off by default: the
+	// approval passes through the agent's own client, which a person
+	// approving out of band (toolgate intent approve) does not depend on.
 	ApproveViaElicitation bool
 }
 
