@@ -113,6 +113,10 @@ func (e *Event) AppendJSON(b []byte) []byte {
 			b = append(b, `,"reason":`...)
 			b = appendJSONString(b, in.Reason)
 		}
+		if in.Via != "" {
+			b = append(b, `,"via":`...)
+			b = appendJSONString(b, in.Via)
+		}
 		b = append(b, '}')
 	}
 	return append(b, '}')

@@ -95,6 +95,9 @@ type IntentAction struct {
 	Code string `json:"code,omitempty"`
 	// Reason is a rejection's reason.
 	Reason string `json:"reason,omitempty"`
+	// Via is how an approval reached toolgate when not out of band:
+	// "elicitation" (the approver's own MCP client asked its user).
+	Via string `json:"via,omitempty"`
 }
 
 // Decision records one capability decision: who (the event's userId) asked
@@ -184,7 +187,7 @@ func (e *Event) check() error {
 	}
 	strs = append(strs, e.IntentID)
 	if in := e.Intent; in != nil {
-		strs = append(strs, in.ID, in.Hash, in.Action, in.Code, in.Reason)
+		strs = append(strs, in.ID, in.Hash, in.Action, in.Code, in.Reason, in.Via)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

@@ -49,6 +49,21 @@
 // the identical call; it runs at most once, and a later run returns the
 // stored outcome, marked replayed.
 //
+// With Options.ApproveViaElicitation (toolgate mcp
+// --approve-via-elicitation) and a client that declared the elicitation
+// capability, the call instead asks the client's user: the result is an
+// input request (multi round-trip requests of protocol 2026-07-28; for an
+// older client the SDK sends elicitation/create itself) showing the exact
+// canonical call, {"input", "tool", "version"} in RFC 8785 form, and its
+// SHA-256, the intent's hash. The call made again with an accept whose
+// "approve" is true, and the request state this server signed for that
+// intent and principal, approves the intent as the session's principal,
+// recorded via elicitation (runtime.IntentDecision.Via and the audit
+// event's intent.via), and runs it once. A decline, a cancel, or an answer
+// without that state leaves the intent pending. The approval passes
+// through the agent's own client, so it proves less than one made out of
+// band: it is the operator's choice, off by default.
+//
 // # Request metadata
 //
 // A call's _meta may carry io.toolgate/idempotencyKey (as Idempotency-Key

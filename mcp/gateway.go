@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -34,6 +32,11 @@ type GatewayOptions struct {
 	StartTimeout time.Duration
 	// Version is the client version toolgate reports to upstreams.
 	Version string
+	// Only, when set, says which servers to start: Tools leaves the
+	// others out, unstarted, with none of their tools (for a program that
+	// needs one tool, as toolgate run file.read needs no upstream). Nil
+	// starts every server.
+	Only func(server string) bool
 }
 
 // Gateway governs upstream MCP servers: it turns each tool of each server a
@@ -106,7 +109,8 @@ func (g *Gateway) Warnings() []string {
 }
 
 // Close closes every upstream connection (a stdio server's standard input
-// is closed, then the process is terminated if it does not exit).
+// is closed; if it has not exited 2 seconds later, its process group is
+// killed).
 func (g *Gateway) Close() error {
 	g.mu.Lock()
 	ups := g.upstreams
@@ -127,6 +131,9 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Tools(servers []tools.MCPServer) ([]tools.Tool, error) {
 	var out []tools.Tool
 	for i := range servers {
+		if g.opts.Only != nil && !g.opts.Only(servers[i].Name) {
+			continue
+		}
 		u := &upstream{decl: servers[i], gw: g}
 		g.mu.Lock()
 		g.upstreams = append(g.upstreams, u)
@@ -183,41 +190,40 @@ type upstream struct {
 // errUpstreamClosed is the cause of a call made after the gateway closed.
 var errUpstreamClosed = errors.New("the gateway is closed")
 
-func (u *upstream) transport() (sdk.Transport, error) {
+// transport returns the transport of the server: for a stdio server, the
+// process it starts, bounded as the process tools are (tools.MCPServer's
+// Start), whose Close closes the transport.
+func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
 	if u.decl.URL != "" {
 		headers, err := u.decl.Headers()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		return &sdk.StreamableClientTransport{
 			Endpoint:   u.decl.URL,
 			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers}},
 			MaxRetries: -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
-		}, nil
+		}, nil, nil
 	}
-	path, err := u.decl.CommandPath()
+	p, err := u.decl.Start(u.gw.opts.Stderr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        append([]string{path}, u.decl.Args...),
-		Env:         u.decl.Environ(),
-		Stderr:      u.gw.opts.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}, // not in toolgate's process group: a terminal's ^C is toolgate's to handle
-	}
-	return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+	return &sdk.IOTransport{Reader: p, Writer: p}, p, nil
 }
 
 // connect opens a session (for stdio, starts the process).
 func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
-	t, err := u.transport()
+	t, closer, err := u.transport()
 	if err != nil {
 		return nil, err
 	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, nil)
 	cs, err := c.Connect(ctx, t, nil)
 	if err != nil {
+		if closer != nil {
+			closer.Close()
+		}
 		return nil, err
 	}
 	// A session that ends between calls (the process exited) is

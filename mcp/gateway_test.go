@@ -437,3 +437,98 @@ func TestGateway_HTTPUpstream(t *testing.T) {
 		t.Errorf("web.ping, its server gone: %s %+v", res.State, res.Error)
 	}
 }
+
+// An upstream result that its tool's own outputSchema refuses is not
+// passed on: the runtime validates it, and the call ends ROLLED_BACK with a
+// message saying the output does not match the schema, and where.
+func TestGateway_UpstreamOutputFailsItsSchema(t *testing.T) {
+	dir := t.TempDir()
+	file, log := upstreamFile(t, dir, "")
+	gw := mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "up.badout", Input: []byte(`{"text":"hi"}`), Principal: "p",
+		Grants: []capability.Capability{capability.MustParse("mcp.call:up")}})
+	if res == nil {
+		t.Fatal("no result")
+	}
+	if calls(t, log, "badout") != 1 {
+		t.Errorf("the upstream got %d calls, want 1", calls(t, log, "badout"))
+	}
+	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ValidationError" ||
+		!strings.Contains(res.Error.Message, "output") || !strings.Contains(res.Error.Message, "/echoed") || len(res.Output) != 0 {
+		t.Errorf("up.badout: %s, %+v, output %s; want ROLLED_BACK with a ValidationError naming the output's /echoed", res.State, res.Error, res.Output)
+	}
+	t.Logf("the message: %s", res.Error.Message)
+}
+
+// A stdio upstream runs bounded as the process tools are (the bounded
+// process tools document, 004): the limits max_memory and max_file_size
+// of its server are its RLIMIT_AS and RLIMIT_FSIZE, and closing the gateway
+// kills its whole process group: a child it started does not outlive it.
+func TestGateway_StdioUpstreamBounded(t *testing.T) {
+	dir := t.TempDir()
+	grandchild := filepath.Join(dir, "grandchild")
+	t.Setenv("UPSTREAM_GRANDCHILD", grandchild)
+	file, _ := upstreamFile(t, dir, "")
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte("env_inherit: [UPSTREAM_DRIFT]"), []byte("env_inherit: [UPSTREAM_DRIFT, UPSTREAM_GRANDCHILD]"), 1)
+	body = bytes.Replace(body, []byte("limits: {max_execution_time: 20s}"), []byte("limits: {max_execution_time: 20s, max_memory: 4294967296, max_file_size: 1048576}"), 1)
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := mcp.NewGateway(nil)
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		gw.Close()
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		gw.Close()
+		t.Fatal(err)
+	}
+	res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: "up.limits", Input: []byte(`{}`), Principal: "p",
+		Grants: []capability.Capability{capability.MustParse("mcp.call:up")}})
+	rt.Close(context.Background())
+	if res == nil {
+		t.Fatal("no result")
+	}
+	if res.State != "COMPLETED" || !strings.Contains(string(res.Output), "as=4294967296 fsize=1048576") {
+		t.Errorf("the upstream's limits: %s %s %+v; want as=4294967296 fsize=1048576", res.State, res.Output, res.Error)
+	}
+	b, err := os.ReadFile(grandchild)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatalf("the upstream's child %d is not running", pid)
+	}
+	if err := gw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The child is killed with the group; once killed, it is reaped by init
+	// (its parent, the upstream, is gone), which may take a moment.
+	alive := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return syscall.Kill(pid, 0) == nil && (err != nil || !strings.Contains(string(stat), ") Z "))
+	}
+	for i := 0; alive(); i++ {
+		if i > 500 {
+			t.Fatalf("the upstream's child %d outlived the gateway", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -66,17 +68,29 @@ type Options struct {
 	// Logger receives warnings (tools left out) and internal errors; nil
 	// means none.
 	Logger *slog.Logger
+	// ApproveViaElicitation lets the session's own client approve a call
+	// that requires approval: when the client declared the elicitation
+	// capability, such a call asks it (an input request of the call, or
+	// elicitation/create for a client older than protocol 2026-07-28) to
+	// show its user the exact canonical call and its hash, and an accept
+	// with the confirmation ticked approves the intent as the session's
+	// principal, recorded "via elicitation", and runs it once. A decline, a
+	// cancel or no answer leaves the intent pending. Off by default: the
+	// approval passes through the agent's own client, which a person
+	// approving out of band (toolgate intent approve) does not depend on.
+	ApproveViaElicitation bool
 }
 
 // Server is an MCP server over one runtime. It is safe for concurrent use,
 // by any number of sessions.
 type Server struct {
-	rt      *tgruntime.Runtime
-	opts    Options
-	sdk     *sdk.Server
-	tagKey  string // the _meta key the wire reader puts the request id under
-	tracer  trace.Tracer
-	skipped []string
+	rt       *tgruntime.Runtime
+	opts     Options
+	sdk      *sdk.Server
+	tagKey   string // the _meta key the wire reader puts the request id under
+	stateKey []byte // signs the request state of approval questions
+	tracer   trace.Tracer
+	skipped  []string
 }
 
 // New builds the MCP server of rt's registry. It fails when a registered
@@ -108,6 +122,7 @@ func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
 		s.tracer = s.opts.TracerProvider.Tracer("github.com/toolgate/toolgate/mcp")
 	}
 	s.tagKey = "io.toolgate/rpc-" + randomHex(8)
+	s.stateKey = []byte(randomHex(32))
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: s.opts.Name, Version: s.opts.Version},
 		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}})
 
@@ -173,7 +188,7 @@ func (s *Server) add(e *tools.Entry, name string) {
 		}
 	}()
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		return s.call(ctx, req, e)
+		return s.call(ctx, req, e, &d) // d read once, not per call
 	})
 }
 
@@ -215,9 +230,8 @@ func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 		r.principal = req.Extra.TokenInfo.UserID
 	}
 	meta := req.Params.Meta
-	if v, ok := meta[s.tagKey].(map[string]any); ok {
-		r.rpcID, _ = v["id"].(string)
-		r.session, _ = v["session"].(string)
+	if v, ok := meta[s.tagKey].(string); ok {
+		r.session, r.rpcID, _ = strings.Cut(v, " ")
 		if r.session == "" && req.Session != nil {
 			r.session = req.Session.ID()
 		}
@@ -250,13 +264,16 @@ func callIDPart(s string, max int) string {
 // context continues the caller's trace (_meta traceparent) and opens the
 // tools/call span.
 func (s *Server) context(ctx context.Context, req *sdk.CallToolRequest, r request) (context.Context, trace.Span) {
-	carrier := propagation.MapCarrier{}
+	var carrier propagation.MapCarrier // made only when there is a trace context
 	for _, k := range []string{"traceparent", "tracestate"} {
 		if v, ok := req.Params.Meta[k].(string); ok {
+			if carrier == nil {
+				carrier = propagation.MapCarrier{}
+			}
 			carrier[k] = v
 		}
 	}
-	if len(carrier) > 0 {
+	if carrier != nil {
 		ctx = propagation.TraceContext{}.Extract(ctx, carrier)
 	}
 	if s.tracer == nil {
@@ -276,8 +293,8 @@ func (s *Server) context(ctx context.Context, req *sdk.CallToolRequest, r reques
 	return s.tracer.Start(ctx, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 }
 
-func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry) (*sdk.CallToolResult, error) {
-	d := e.Declaration()
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry, dp *tools.Declaration) (*sdk.CallToolResult, error) {
+	d := dp
 	r, err := s.request(req)
 	if err != nil {
 		return nil, invalidParams(userMessage(err))
@@ -292,9 +309,10 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
 		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
 	}
-	defer s.progress(ctx, req)()
+	ctx, stop := s.progress(ctx, req, d)
+	defer stop()
 	if d.RequiresApproval {
-		return s.approval(ctx, e, inv)
+		return s.approval(ctx, req, e, inv)
 	}
 	res, err := s.rt.Execute(ctx, inv)
 	return s.answer(res, err)
@@ -303,7 +321,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 // approval answers a call of a tool that requires approval: an approved
 // intent for the identical call runs (once); otherwise the call becomes
 // an intent, or is refused as Execute would refuse it (recorded).
-func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Invocation) (*sdk.CallToolResult, error) {
+func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tools.Entry, inv tgruntime.Invocation) (*sdk.CallToolResult, error) {
 	d := e.Declaration()
 	if len(inv.Input) > 0 && e.ValidateInput(inv.Input) != nil {
 		return s.answer(s.rt.Execute(ctx, inv)) // FAILED, recorded
@@ -329,7 +347,7 @@ func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Inv
 			inv.Tool, inv.Version, inv.Input = "", "", nil
 			return s.answer(s.rt.Execute(ctx, inv))
 		case "pending":
-			return s.pending(in), nil
+			return s.elicit(ctx, req, inv, in)
 		}
 		break // rejected: a new intent
 	}
@@ -337,7 +355,91 @@ func (s *Server) approval(ctx context.Context, e *tools.Entry, inv tgruntime.Inv
 	if err != nil {
 		return s.answer(nil, err)
 	}
-	return s.pending(in), nil
+	return s.elicit(ctx, req, inv, in)
+}
+
+// Via is how an approval through elicitation is recorded
+// (runtime.IntentDecision.Via and the audit event's intent.via).
+const Via = "elicitation"
+
+// elicitSchema is the form an approval by elicitation asks for: one
+// explicit confirmation, which must be true.
+var elicitSchema = json.RawMessage(`{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve and run this exact call once",` +
+	`"description":"true approves the call shown, as you, and runs it once"}},"required":["approve"]}`)
+
+// elicit answers a pending intent. With elicitation on and a client that
+// declared it, the first call returns an input request (multi round-trip
+// requests: the SDK's client, or for an older client the SDK's server,
+// asks the user with elicitation/create and calls again with the answer);
+// the call again with an accept whose confirmation is true approves the
+// intent as the session's principal, via elicitation, and runs it once.
+// Otherwise (off, no capability, declined, cancelled, an answer to a
+// question this server did not ask) the intent stays pending and the call
+// answers approval_required.
+func (s *Server) elicit(ctx context.Context, req *sdk.CallToolRequest, inv tgruntime.Invocation, in *tgruntime.Intent) (*sdk.CallToolResult, error) {
+	if !s.opts.ApproveViaElicitation || req.Session == nil {
+		return s.pending(in), nil
+	}
+	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return s.pending(in), nil
+	}
+	key, state := "toolgate.approve."+in.ID, s.requestState(in, inv.Principal)
+	if answer, ok := req.Params.InputResponses[key].(*sdk.ElicitResult); ok {
+		// Only an answer to the question this server asked about this very
+		// intent, for this principal, counts.
+		if !hmac.Equal([]byte(req.Params.RequestState), []byte(state)) || answer.Action != "accept" || answer.Content["approve"] != true {
+			return s.pending(in), nil
+		}
+		if _, err := s.rt.ApproveVia(ctx, in.ID, inv.Principal, Via); err != nil {
+			return s.answer(nil, err)
+		}
+		inv.IntentID, inv.IntentHash = in.ID, in.Hash
+		inv.Tool, inv.Version, inv.Input = "", "", nil
+		return s.answer(s.rt.Execute(ctx, inv))
+	}
+	canonical, err := canonicalCall(in)
+	if err != nil {
+		return s.pending(in), nil
+	}
+	msg := fmt.Sprintf("The agent asks to run %s@%s, which requires a person's approval. Approving runs exactly this call, once, "+
+		"as %s; the approval is recorded as yours, via elicitation.\n\nThe call (canonical JSON):\n%s\n\nIts SHA-256 (intent %s):\n%s",
+		in.Tool, in.Version, inv.Principal, canonical, in.ID, in.Hash)
+	return &sdk.CallToolResult{
+		InputRequests: sdk.InputRequestMap{key: &sdk.ElicitParams{
+			Message: msg, RequestedSchema: elicitSchema,
+			Meta: sdk.Meta{MetaIntent: map[string]any{"intentId": in.ID, "hash": in.Hash, "tool": in.Tool, "version": in.Version, "call": json.RawMessage(canonical)}},
+		}},
+		RequestState: state,
+	}, nil
+}
+
+// requestState binds an approval question to its intent and principal: an
+// HMAC under the server's own key, which a client cannot make up.
+func (s *Server) requestState(in *tgruntime.Intent, principal string) string {
+	m := hmac.New(sha256.New, s.stateKey)
+	m.Write([]byte(in.ID + "\x00" + in.Hash + "\x00" + principal))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// canonicalCall is what an intent's hash is the SHA-256 of: the RFC 8785
+// canonical form of {"input", "tool", "version"}.
+func canonicalCall(in *tgruntime.Intent) ([]byte, error) {
+	b, err := json.Marshal(struct {
+		Input   json.RawMessage `json:"input"`
+		Tool    string          `json:"tool"`
+		Version string          `json:"version"`
+	}{in.Input, in.Tool, in.Version})
+	if err != nil {
+		return nil, err
+	}
+	b, err = audit.Canonicalize(b)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != in.Hash {
+		return nil, errors.New("the intent's canonical form does not hash to its hash")
+	}
+	return b, nil
 }
 
 func (s *Server) pending(in *tgruntime.Intent) *sdk.CallToolResult {
@@ -375,7 +477,8 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	if err := dec.Decode(&ref); err != nil || ref.ID == "" || ref.Hash == "" {
 		return refusal("ValidationError", "invalid_input", `the arguments are {"id": "...", "hash": "..."}: the intent's id and hash`), nil
 	}
-	defer s.progress(ctx, req)()
+	ctx, stop := s.progress(ctx, req, nil)
+	defer stop()
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
 		Principal: r.principal, Grants: s.opts.Grants,
@@ -384,12 +487,18 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 }
 
 // progress reports the elapsed time while the call runs, when the client
-// sent a progress token; the returned function stops it.
-func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func() {
+// sent a progress token, and the bytes of output the call's processes
+// wrote so far (for a tool that may run processes, or once one wrote
+// something); it returns the context to run the call in and the function
+// that stops it.
+func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest, d *tools.Declaration) (context.Context, func()) {
 	token := req.Params.GetProgressToken()
 	if token == nil || req.Session == nil {
-		return func() {}
+		return ctx, func() {}
 	}
+	out := new(tools.OutputCounter)
+	ctx = tools.WithOutputCounter(ctx, out)
+	process := d != nil && slices.ContainsFunc(d.RequiredCapabilities, func(c capability.Capability) bool { return c.Name == "process.exec" })
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -405,14 +514,17 @@ func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func() 
 				return
 			case <-t.C:
 				el := time.Since(start)
+				msg := "running for " + el.Round(time.Millisecond).String()
+				if n := out.Bytes(); process || n > 0 {
+					msg += fmt.Sprintf("; %d bytes of output so far", n)
+				}
 				req.Session.NotifyProgress(context.WithoutCancel(ctx), &sdk.ProgressNotificationParams{
-					ProgressToken: token, Progress: el.Seconds(),
-					Message: "running for " + el.Round(time.Millisecond).String(),
+					ProgressToken: token, Progress: el.Seconds(), Message: msg,
 				})
 			}
 		}
 	}()
-	return func() { close(done); <-stopped }
+	return ctx, func() { close(done); <-stopped }
 }
 
 // answer maps an invocation's outcome to a tools/call result.

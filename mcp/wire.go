@@ -18,11 +18,6 @@ import (
 // request gets the id (and the session) in its _meta, under a key that is
 // random per Server, so that a client cannot forge it.
 
-type tag struct {
-	ID      string `json:"id"`
-	Session string `json:"session,omitempty"`
-}
-
 // wireMsg is a JSON-RPC message as the SDK's decoder reads it
 // (jsonrpc.DecodeMessage), decoded here with encoding/json: the SDK's
 // decoder allocates a large buffer per message, and every message is
@@ -38,6 +33,9 @@ type wireMsg struct {
 
 // decodeWire decodes one message, refusing what the SDK's decoder refuses.
 func decodeWire(data []byte) (*wireMsg, error) {
+	if m := decodeWireFast(data); m != nil {
+		return m, nil
+	}
 	var m wireMsg
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, errors.New("not a JSON-RPC message: " + err.Error())
@@ -59,6 +57,61 @@ func decodeWire(data []byte) (*wireMsg, error) {
 		return nil, errors.New("a message without a method is a response, which needs an id")
 	}
 	return &m, nil
+}
+
+// decodeWireFast decodes the common message without reflection: valid
+// JSON, an object whose keys are exactly jsonrpc ("2.0"), id (a string or
+// a number), method (a string), params and result. Anything else (an
+// error member, another key, a key in another case or escaped) returns
+// nil, for decodeWire to decide.
+func decodeWireFast(data []byte) *wireMsg {
+	if len(data) < 2 || data[0] != '{' || !json.Valid(data) {
+		return nil
+	}
+	m := &wireMsg{}
+	for i := skipSpace(data, 1); i < len(data) && data[i] != '}'; {
+		k := i
+		if i = skipString(data, i); i < 0 {
+			return nil
+		}
+		key := data[k:i]
+		i = skipSpace(data, i)
+		v := skipSpace(data, i+1)
+		if i = skipValue(data, v); i < 0 {
+			return nil
+		}
+		val := json.RawMessage(data[v:i])
+		switch string(key) {
+		case `"jsonrpc"`:
+			if string(val) != `"2.0"` {
+				return nil
+			}
+			m.VersionTag = "2.0"
+		case `"id"`:
+			if c := val[0]; c != '"' && c != '-' && (c < '0' || c > '9') && string(val) != "null" {
+				return nil
+			}
+			m.ID = val
+		case `"method"`:
+			if val[0] != '"' {
+				return nil
+			}
+			m.Method = val
+		case `"params"`:
+			m.Params = val
+		case `"result"`:
+			m.Result = val
+		default:
+			return nil
+		}
+		if i = skipSpace(data, i); i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+	if m.VersionTag == "" || (len(m.Method) == 0 && (len(m.ID) == 0 || string(m.ID) == "null")) {
+		return nil
+	}
+	return m
 }
 
 // idString is an id as the SDK reads it: a string, or a number made an
@@ -92,7 +145,13 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 	return s.tag(m, session)
 }
 
-// tag is tagMessage of a decoded message.
+// tag is tagMessage of a decoded message. It splices the tag into the
+// params' _meta (adding a _meta when there is none) without decoding and
+// encoding the params again: data is valid JSON (decodeWire read it), and
+// only the top level of params is walked. The tag is one string,
+// "SESSION ID" (the session is hex, so the first space ends it). A message
+// whose params are not an object, whose name is not a string, or whose
+// _meta is not an object is passed on untagged, for the SDK to refuse.
 func (s *Server) tag(m *wireMsg, session string) []byte {
 	if string(m.Method) != `"tools/call"` {
 		return nil
@@ -101,29 +160,134 @@ func (s *Server) tag(m *wireMsg, session string) []byte {
 	if !ok {
 		return nil
 	}
-	var params map[string]json.RawMessage
-	if json.Unmarshal(m.Params, &params) != nil || params == nil {
+	p := m.Params
+	if len(p) < 2 || p[0] != '{' {
 		return nil
 	}
-	var name string
-	if json.Unmarshal(params["name"], &name) != nil {
-		return nil // the SDK refuses it, quoting the params: without the key
-	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := params["_meta"]; ok {
-		if json.Unmarshal(raw, &meta) != nil || meta == nil {
+	meta, named := -1, false // where the _meta object starts; name is a string
+	for i := skipSpace(p, 1); i < len(p) && p[i] != '}'; {
+		k := i
+		if i = skipString(p, i); i < 0 {
 			return nil
 		}
+		key := p[k:i]
+		if i = skipSpace(p, i); i >= len(p) || p[i] != ':' {
+			return nil
+		}
+		v := skipSpace(p, i+1)
+		if i = skipValue(p, v); i < 0 {
+			return nil
+		}
+		switch string(key) {
+		case `"_meta"`:
+			if p[v] != '{' {
+				return nil
+			}
+			meta = v // the decoders keep the last of duplicate keys
+		case `"name"`:
+			named = p[v] == '"'
+		}
+		if i = skipSpace(p, i); i < len(p) && p[i] == ',' {
+			i = skipSpace(p, i+1)
+		}
 	}
-	meta[s.tagKey] = mustJSON(tag{ID: id, Session: session})
-	params["_meta"] = mustJSON(meta)
+	if !named {
+		return nil // the SDK refuses it, quoting the params: without the key
+	}
+	entry := make([]byte, 0, 64+len(id))
+	entry = append(entry, '"')
+	entry = append(entry, s.tagKey...)
+	entry = append(entry, `":`...)
+	entry = appendJSONString(entry, session+" "+id)
 	var b bytes.Buffer
+	b.Grow(len(p) + len(entry) + len(m.ID) + 64)
 	b.WriteString(`{"jsonrpc":"2.0","id":`)
 	b.Write(m.ID)
 	b.WriteString(`,"method":"tools/call","params":`)
-	b.Write(mustJSON(params))
+	at := meta + 1
+	if meta < 0 {
+		at = 1
+	}
+	b.Write(p[:at])
+	if meta < 0 {
+		b.WriteString(`"_meta":{`)
+		b.Write(entry)
+		b.WriteByte('}')
+	} else {
+		b.Write(entry)
+	}
+	if rest := skipSpace(p, at); rest < len(p) && p[rest] != '}' {
+		b.WriteByte(',')
+	}
+	b.Write(p[at:])
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// The JSON walkers below read valid JSON only (decodeWire checked it); each
+// returns the index just past what it read, or -1.
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func skipString(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				if i = skipString(b, i); i < 0 {
+					return -1
+				}
+				i--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return -1
+	}
+	for ; i < len(b); i++ { // a number, true, false or null
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -62,6 +62,10 @@ type IntentDecision struct {
 	By       string    `json:"by"`
 	At       time.Time `json:"at"`
 	Reason   string    `json:"reason,omitempty"`
+	// Via is how an approval reached toolgate when not out of band (the
+	// CLI, the HTTP API): "elicitation" when the MCP client of the
+	// approver's own session asked its user (see ApproveVia).
+	Via string `json:"via,omitempty"`
 }
 
 // IntentExecution is the one execution of an approved intent: written in
@@ -199,6 +203,17 @@ func (r *Runtime) Approve(ctx context.Context, id, approver string) (*Intent, er
 	return r.decide(ctx, id, IntentDecision{Approved: true, By: approver})
 }
 
+// ApproveVia is Approve, recording how the approval reached toolgate
+// (IntentDecision.Via, in the decision and its audit event): "elicitation"
+// for an approval the MCP client of the approver's session asked its user
+// for. via is a short lowercase word.
+func (r *Runtime) ApproveVia(ctx context.Context, id, approver, via string) (*Intent, error) {
+	if via == "" || strings.Trim(via, "abcdefghijklmnopqrstuvwxyz-") != "" || len(via) > 32 {
+		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: fmt.Sprintf("via %q is not a short lowercase word", via)}
+	}
+	return r.decide(ctx, id, IntentDecision{Approved: true, By: approver, Via: via})
+}
+
 // Reject records approver's rejection of a pending intent, with a reason.
 func (r *Runtime) Reject(ctx context.Context, id, approver, reason string) (*Intent, error) {
 	if strings.TrimSpace(reason) == "" {
@@ -231,7 +246,7 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if err != nil {
 		return nil, err
 	}
-	action := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason}
+	action := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Via: d.Via}
 	if d.Approved {
 		action.Action = audit.IntentApproved
 	}

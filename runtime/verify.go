@@ -366,6 +366,8 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 			bad("decision", "the store names %q as the one who decided, the audit log %q", d.By, decision.UserID)
 		case d.Reason != decision.Intent.Reason:
 			bad("decision", "the stored reason differs from the audit log's")
+		case d.Via != decision.Intent.Via:
+			bad("decision", "the store says it was decided via %q, the audit log via %q", d.Via, decision.Intent.Via)
 		case d.At.UnixMilli() != decision.Timestamp:
 			bad("decision", "the store says it was decided at %s, the audit log %s",
 				d.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(decision.Timestamp).UTC().Format(time.RFC3339Nano))
@@ -851,7 +853,7 @@ func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
 			events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, in.Proposer, in.ProposedAt,
 				&audit.IntentAction{Action: audit.IntentProposed, Code: "imported"}))
 			if d := in.Decision; d != nil {
-				a := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Code: "imported"}
+				a := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Via: d.Via, Code: "imported"}
 				if d.Approved {
 					a.Action = audit.IntentApproved
 				}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -203,6 +204,9 @@ func (e *Env) Run(ctx context.Context, c Command) (*ProcessResult, error) {
 	if c.Stdin != nil {
 		spec.Stdin = bytes.NewReader(c.Stdin)
 	}
+	if oc, ok := ctx.Value(outputCounterKey{}).(*OutputCounter); ok {
+		spec.OnOutput = func(n int) { oc.n.Add(int64(n)) }
+	}
 	pr, err := r.Run(ctx, spec)
 	if pr == nil {
 		return nil, processError(c.Name, err)
@@ -222,6 +226,23 @@ func (e *Env) Run(ctx context.Context, c Command) (*ProcessResult, error) {
 		e.OnProcess(res)
 	}
 	return res, processError(c.Name, err)
+}
+
+// OutputCounter counts the bytes that the processes a call runs write to
+// their standard output and error, kept or not, as they write them: a
+// front end that reports a long call's progress puts one in the call's
+// context (WithOutputCounter) and reads it while the call runs.
+type OutputCounter struct{ n atomic.Int64 }
+
+// Bytes returns the bytes counted so far.
+func (c *OutputCounter) Bytes() int64 { return c.n.Load() }
+
+type outputCounterKey struct{}
+
+// WithOutputCounter returns ctx carrying c: every process Env.Run starts
+// under it (or a context derived from it) adds its output to c.
+func WithOutputCounter(ctx context.Context, c *OutputCounter) context.Context {
+	return context.WithValue(ctx, outputCounterKey{}, c)
 }
 
 // allowCommand checks that a process.exec grant covers the command: its

@@ -36,9 +36,12 @@ import (
 //	    tools:                          # optional, per tool: overrides, and the pins' hashes
 //	      create_issue: {requires_approval: true, schema_sha256: 9f2c...}
 //
-// A stdio server runs as the process tools do: an argv, no shell, the
-// command resolved to an absolute path in the search path, and only the
-// environment the file gives it (PATH is the search path). Secrets are never
+// A stdio server runs as the process tools do (see [MCPServer.Start]): an
+// argv, no shell, the command resolved to an absolute path in the search
+// path, only the environment the file gives it (PATH is the search path),
+// its own process group, killed as a whole; its limits may also give
+// max_memory and max_file_size (bytes), which bound its process (RLIMIT_AS,
+// RLIMIT_FSIZE), not each call. Secrets are never
 // written in the file: an HTTP header names the environment variable that
 // holds its value.
 type MCPServer struct {
@@ -56,10 +59,14 @@ type MCPServer struct {
 	URL            string
 	HeadersFromEnv map[string]string // header name -> environment variable name
 
+	// MaxMemory and MaxFileSize bound a stdio server's process (RLIMIT_AS
+	// and RLIMIT_FSIZE, see Start): limits max_memory and max_file_size.
+	MaxMemory, MaxFileSize int64
+
 	Version          string // pinned version; "" means the upstream's own
 	RequiresApproval bool
 	Idempotent       bool
-	Limits           ResourceLimits
+	Limits           ResourceLimits            // of every call of its tools
 	Tools            map[string]MCPToolOptions // by upstream tool name
 }
 
@@ -306,10 +313,12 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 	if f["limits"] == nil {
 		return s, p.errAt(n, "missing limits (at least max_execution_time, a duration such as 30s)")
 	}
-	l, err := p.mcpLimits(f["limits"], true)
+	l, err := p.mcpLimits(f["limits"], true, s.Command != "")
 	if err != nil {
 		return s, err
 	}
+	s.MaxMemory, s.MaxFileSize = l.MaxMemory, l.MaxFileSize
+	l.MaxMemory, l.MaxFileSize = 0, 0 // the process's, not each call's
 	s.Limits = *l
 	if n := f["tools"]; n != nil {
 		if n.Kind != yaml.MappingNode {
@@ -368,7 +377,7 @@ func (p *fileParser) mcpTool(n *yaml.Node) (MCPToolOptions, error) {
 		}
 	}
 	if v := f["limits"]; v != nil {
-		if o.Limits, err = p.mcpLimits(v, false); err != nil {
+		if o.Limits, err = p.mcpLimits(v, false, false); err != nil {
 			return o, err
 		}
 	}
@@ -387,13 +396,28 @@ func (p *fileParser) pinnedVersion(n *yaml.Node) (string, error) {
 }
 
 // mcpLimits parses a limits mapping; max_execution_time is required when
-// required is set.
-func (p *fileParser) mcpLimits(n *yaml.Node, required bool) (*ResourceLimits, error) {
-	lf, err := p.mapping(n, []string{"max_execution_time", "max_output_bytes", "max_concurrent"})
+// required is set; process (a stdio server's own limits) allows
+// max_memory and max_file_size.
+func (p *fileParser) mcpLimits(n *yaml.Node, required, process bool) (*ResourceLimits, error) {
+	fields := []string{"max_execution_time", "max_output_bytes", "max_concurrent"}
+	if process {
+		fields = append(fields, "max_memory", "max_file_size")
+	}
+	lf, err := p.mapping(n, fields)
 	if err != nil {
 		return nil, err
 	}
 	var l ResourceLimits
+	for _, b := range []struct {
+		key string
+		dst *int64
+	}{{"max_memory", &l.MaxMemory}, {"max_file_size", &l.MaxFileSize}} {
+		if lf[b.key] != nil {
+			if *b.dst, err = p.integer(lf[b.key], b.key, 1<<50); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if lf["max_execution_time"] == nil {
 		if required {
 			return nil, p.errAt(n, "missing max_execution_time (a duration such as 30s)")

@@ -118,3 +118,24 @@ func TestRegistryFile_MCPServerErrors(t *testing.T) {
 		})
 	}
 }
+
+// A stdio server's limits may bound its process (max_memory, max_file_size:
+// MCPServer.MaxMemory and MaxFileSize, not each call's limits); a URL
+// server, or one tool, may not.
+func TestRegistryFile_MCPProcessLimits(t *testing.T) {
+	got, err := loadMCP(t, "mcp_servers:\n  - name: files\n    command: /bin/cat\n    limits: {max_execution_time: 30s, max_memory: 1048576, max_file_size: 4096}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got[0]; s.MaxMemory != 1<<20 || s.MaxFileSize != 4096 || s.Limits.MaxMemory != 0 || s.Limits.MaxFileSize != 0 {
+		t.Errorf("files: process limits %d, %d; call limits %+v", s.MaxMemory, s.MaxFileSize, s.Limits)
+	}
+	for _, body := range []string{
+		"mcp_servers:\n  - name: web\n    url: https://x.example/mcp\n    limits: {max_execution_time: 30s, max_memory: 1048576}\n",
+		"mcp_servers:\n  - name: files\n    command: /bin/cat\n    limits: {max_execution_time: 30s}\n    tools:\n      read: {limits: {max_file_size: 10}}\n",
+	} {
+		if _, err := loadMCP(t, body); !errors.Is(err, tools.ErrRegistryFile) {
+			t.Errorf("%s: %v, want a registry file error", body, err)
+		}
+	}
+}

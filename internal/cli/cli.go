@@ -249,6 +249,9 @@ type globals struct {
 	stderr  io.Writer       // where the gateway's warnings and upstreams' stderr go
 	reg     *tools.Registry // loaded once per command (upstream MCP servers start once)
 	gateway *mcp.Gateway    // the registry file's mcp_servers, closed when the command ends
+	// mcpOnly, set by a command that needs one tool, says which upstream
+	// MCP servers to start (see forTool); nil starts them all.
+	mcpOnly func(server string) bool
 }
 
 func newRoot(stdio Stdio) (*cobra.Command, *globals) {

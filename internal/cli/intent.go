@@ -223,7 +223,9 @@ type historyEntry struct {
 func intentHistory(it *tgruntime.Intent) []historyEntry {
 	h := []historyEntry{{it.ProposedAt, "proposed by " + it.Proposer}}
 	if d := it.Decision; d != nil {
-		if d.Approved {
+		if d.Approved && d.Via != "" {
+			h = append(h, historyEntry{d.At, "approved by " + d.By + " via " + d.Via})
+		} else if d.Approved {
 			h = append(h, historyEntry{d.At, "approved by " + d.By})
 		} else {
 			h = append(h, historyEntry{d.At, "rejected by " + d.By + ": " + d.Reason})

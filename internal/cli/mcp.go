@@ -28,7 +28,7 @@ func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
 		who, addr, config string
 		allow             []string
-		remote            bool
+		remote, elicit    bool
 		progressEvery     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -53,7 +53,13 @@ mcp.call:NAME/TOOL; a grant of mcp.call:NAME covers the server).
 
 Tools appear under their id (the highest version) and as ID--VERSION for each
 version. A tool that requires approval answers a call with an intent to
-approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
+approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.
+
+--approve-via-elicitation lets the agent's own MCP client approve instead:
+it shows its user the exact call and its hash (elicitation), and an accept
+approves it as the session's principal, recorded "via elicitation", and runs
+it once. That approval passes through the agent's client, so it is weaker
+than one made out of band; it is off unless you turn it on.`,
 		Example: `  toolgate mcp --allow filesystem.read:.
   toolgate mcp --http 127.0.0.1:7071 --config server.json --policy policy.json
   toolgate mcp --registry gateway.yaml --allow mcp.call:files`,
@@ -117,6 +123,7 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 			srv, err := mcp.New(rt, &mcp.Options{
 				Principal: who, Grants: grants, Version: "dev", TracerProvider: opts.TracerProvider,
 				ApproveHint: approveHint(g), ProgressInterval: progressEvery,
+				ApproveViaElicitation: elicit,
 			})
 			if err != nil {
 				return usageErr("%v", err)
@@ -162,6 +169,7 @@ approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.`,
 	cmd.Flags().StringVar(&addr, "http", "", "serve streamable HTTP on this address instead of stdio")
 	cmd.Flags().StringVar(&config, "config", "", "with --http: the server config file mapping bearer tokens to principals")
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "with --http: allow an address beyond loopback")
+	cmd.Flags().BoolVar(&elicit, "approve-via-elicitation", false, "let the client ask its user to approve a call that requires approval (recorded via elicitation)")
 	cmd.Flags().DurationVar(&progressEvery, "progress-interval", time.Second, "how often a call that asked for progress reports it")
 	return cmd
 }

@@ -122,3 +122,78 @@ func TestMCP_SignalAbortsAfterGrace(t *testing.T) {
 		t.Errorf("the call stopped by the signal: %s", r.stdout)
 	}
 }
+
+// --approve-via-elicitation: a tool that requires approval asks the
+// client's user; an accept runs it once, approved by the session's
+// principal via elicitation. Without the flag the client is asked nothing.
+func TestMCP_ApproveViaElicitation(t *testing.T) {
+	workdir(t)
+	must(t, os.WriteFile("reg.yaml", []byte(`tools:
+  - id: test.hello
+    version: 1.0.0
+    description: says hello
+    command: echo
+    argv: ["hello", "{name}"]
+    input_schema: {$schema: "https://json-schema.org/draft/2020-12/schema", type: object, properties: {name: {type: string, description: who, maxLength: 20}}, required: [name], additionalProperties: false}
+    limits: {max_execution_time: 10s}
+    requires_approval: true
+`), 0o600))
+	for _, on := range []bool{false, true} {
+		args := []string{"mcp", "--registry", "reg.yaml", "--principal", "agent-7", "--allow", "process.exec:echo"}
+		if on {
+			args = append(args, "--approve-via-elicitation")
+		}
+		crd, swr := io.Pipe()
+		srd, cwr := io.Pipe()
+		var stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() {
+			done <- Main(context.Background(), args, Stdio{In: srd, Out: swr, Err: &stderr})
+			swr.Close()
+		}()
+		asked := 0
+		c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{
+			ElicitationHandler: func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				asked++
+				if !strings.Contains(r.Params.Message, `{"input":{"name":"world"},"tool":"test.hello","version":"1.0.0"}`) {
+					t.Errorf("the user was shown %q", r.Params.Message)
+				}
+				return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+			},
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cs, err := c.Connect(ctx, &sdk.IOTransport{Reader: crd, Writer: cwr}, nil)
+		if err != nil {
+			cancel()
+			t.Fatalf("%v: %s", err, stderr.String())
+		}
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "test.hello", Arguments: map[string]any{"name": "world"}})
+		must(t, err)
+		state := res.Meta[mcp.MetaState]
+		cs.Close()
+		cwr.Close()
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("toolgate mcp exited %d: %s", code, stderr.String())
+		}
+		switch {
+		case !on && (asked != 0 || state != "APPROVAL_REQUIRED"):
+			t.Errorf("without the flag: asked %d times, state %v; want never asked, approval required", asked, state)
+		case on && (asked != 1 || state != "COMPLETED"):
+			t.Errorf("with the flag: asked %d times, state %v; want asked once, COMPLETED", asked, state)
+		}
+	}
+	// The second session asked about the intent the first one left pending.
+	r := toolgate(t, "", "intent", "list")
+	if strings.Count(r.stdout, "executed") != 1 || strings.Count(r.stdout, "pending") != 0 {
+		t.Errorf("intents: %s", r.stdout)
+	}
+	id := strings.Fields(strings.Split(r.stdout, "\n")[1])[0]
+	if r = toolgate(t, "", "intent", "show", id); !strings.Contains(r.stdout, "approved by agent-7 via elicitation") {
+		t.Errorf("intent show: %s", r.stdout)
+	}
+	r = toolgate(t, "", "audit", "verify")
+	if r.code != 0 {
+		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -67,6 +67,7 @@ as --principal, by default cli:$USER.
 			var id, version string
 			if len(args) == 1 {
 				id, version, _ = strings.Cut(args[0], "@")
+				g.forTool(id)
 			}
 			if (intentID == "") != (intentHash == "") {
 				return usageErr("--intent and --hash go together")
@@ -239,9 +240,10 @@ func (g *globals) registry() (*tools.Registry, error) {
 	if g.reg != nil {
 		return g.reg, nil
 	}
-	// Upstream MCP servers (mcp_servers) start here, once per command, and
-	// stop when it ends (closeGateway).
-	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: g.stderr, Version: "dev"})
+	// Upstream MCP servers (mcp_servers) start here, once per command (only
+	// the one a command naming one tool needs), and stop when it ends
+	// (closeGateway).
+	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: g.stderr, Version: "dev", Only: g.mcpOnly})
 	reg, err := tools.LoadRegistryFileWith(path, gw.Tools, tools.Builtins()...)
 	for _, w := range gw.Warnings() {
 		fmt.Fprintf(g.stderr, "toolgate: --registry: %s\n", w)
@@ -257,6 +259,13 @@ func (g *globals) registry() (*tools.Registry, error) {
 	return reg, nil
 }
 
+// forTool makes a command that needs only tool id start no upstream MCP
+// server but the one whose tools are named SERVER.TOOL with SERVER a
+// prefix of id: toolgate run file.read starts none.
+func (g *globals) forTool(id string) {
+	g.mcpOnly = func(server string) bool { return strings.HasPrefix(id, server+".") }
+}
+
 // closeGateway stops the upstream MCP servers the registry file started.
 func (g *globals) closeGateway() {
 	if g.gateway != nil {
@@ -270,11 +279,14 @@ func (g *globals) closeGateway() {
 // lookup finds TOOL[@VERSION] in the registry, or says how to list the
 // tools.
 func (g *globals) lookup(arg string) (*tools.Entry, error) {
+	id, version, _ := strings.Cut(arg, "@")
+	if g.reg == nil {
+		g.forTool(id)
+	}
 	reg, err := g.registry()
 	if err != nil {
 		return nil, err
 	}
-	id, version, _ := strings.Cut(arg, "@")
 	e, err := reg.Lookup(id, version)
 	if err != nil {
 		return nil, usageErr("%v; 'toolgate tools' lists the registered tools", err)

@@ -41,7 +41,7 @@ var policy = map[string][]string{
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt"},
 	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
-	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
+	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "audit", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
 	"webui":                    {"runtime", "server", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit"},
 	"internal/cli":             {"server", "webui", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},

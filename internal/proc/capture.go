@@ -26,7 +26,8 @@ type capture struct {
 	buf       []byte
 	total     int64
 	truncated bool
-	onExceed  func() // called once, outside the lock, when the cap is first passed
+	onExceed  func()      // called once, outside the lock, when the cap is first passed
+	onWrite   func(n int) // called with each write's size, outside the lock
 	scan      *scanner
 }
 
@@ -50,6 +51,9 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.scan.write(p)
 	}
 	c.mu.Unlock()
+	if c.onWrite != nil {
+		c.onWrite(len(p))
+	}
 	if fire != nil {
 		fire()
 	}

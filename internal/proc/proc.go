@@ -40,6 +40,11 @@ type Spec struct {
 	// The rest is read and counted but discarded, so the child never blocks
 	// on a full pipe.
 	MaxStdout, MaxStderr int64
+	// OnOutput, when set, is called with the size of each write the child
+	// makes to either stream, kept or not, as it is read: from the
+	// goroutines that drain the pipes, so it must be quick and safe for
+	// concurrent use (an atomic add).
+	OnOutput func(n int)
 	// KillOnOutputLimit kills the process group as soon as either stream
 	// passes its cap; the run ends with LimitOutput.
 	KillOnOutputLimit bool
@@ -243,6 +248,7 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 
 	k := &killer{cg: cg}
 	stdout, stderr := newCapture(spec.MaxStdout), newCapture(spec.MaxStderr)
+	stdout.onWrite, stderr.onWrite = spec.OnOutput, spec.OnOutput
 	if spec.KillOnOutputLimit {
 		stdout.onExceed = func() { k.kill(LimitOutput, spec.MaxStdout, fmt.Sprintf("stdout passed %d bytes", spec.MaxStdout)) }
 		stderr.onExceed = func() { k.kill(LimitOutput, spec.MaxStderr, fmt.Sprintf("stderr passed %d bytes", spec.MaxStderr)) }

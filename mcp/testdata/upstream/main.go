@@ -4,7 +4,9 @@
 // starts, "cancelled NAME" when its context ends first) and writes its pid
 // to $UPSTREAM_PID, so a test can prove what reached it and kill it.
 // $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_VERSION is the
-// version it reports (default 1.2.3).
+// version it reports (default 1.2.3). $UPSTREAM_GRANDCHILD names a file
+// it writes the pid of a child it starts (sleep, in its process group) to;
+// the tool limits reports its own RLIMIT_AS and RLIMIT_FSIZE.
 package main
 
 import (
@@ -12,8 +14,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,6 +45,14 @@ func main() {
 	if p := os.Getenv("UPSTREAM_PID"); p != "" {
 		os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o600)
 	}
+	if p := os.Getenv("UPSTREAM_GRANDCHILD"); p != "" {
+		c := exec.Command("/bin/sleep", "600")
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.WriteFile(p, []byte(strconv.Itoa(c.Process.Pid)), 0o600)
+	}
 	version := os.Getenv("UPSTREAM_VERSION")
 	if version == "" {
 		version = "1.2.3"
@@ -64,6 +76,27 @@ func main() {
 	for _, name := range []string{"echo", "secret", "gated"} {
 		s.AddTool(&sdk.Tool{Name: name, Description: name + " the text", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)}, echo)
 	}
+	// badout: a result that its own outputSchema refuses (echoed must be a
+	// string).
+	s.AddTool(&sdk.Tool{Name: "badout", Description: "answers off its schema", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			return &sdk.CallToolResult{Content: text(`{"echoed":42}`), StructuredContent: map[string]any{"echoed": 42}}, nil
+		})
+	// limits: the process's own RLIMIT_AS and RLIMIT_FSIZE (0: none).
+	s.AddTool(&sdk.Tool{Name: "limits", Description: "reports its rlimits", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			get := func(res int) uint64 {
+				var l syscall.Rlimit
+				syscall.Getrlimit(res, &l)
+				if l.Cur == ^uint64(0) {
+					return 0
+				}
+				return l.Cur
+			}
+			return &sdk.CallToolResult{Content: text(fmt.Sprintf("as=%d fsize=%d", get(syscall.RLIMIT_AS), get(syscall.RLIMIT_FSIZE)))}, nil
+		})
 	// plain: no outputSchema, text content.
 	s.AddTool(&sdk.Tool{Name: "plain", Description: "says hello", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
