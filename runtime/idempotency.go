@@ -52,6 +52,9 @@ type idemRecord struct {
 	// ExecutionIDs are the call's attempts, in order, once it is done: the
 	// result a replay rebuilds.
 	ExecutionIDs []string `json:"executionIds,omitempty"`
+	// Node is the node running the call, on a Postgres database shared by
+	// several (txn.Store.Node); empty on bbolt.
+	Node string `json:"node,omitempty"`
 }
 
 // ErrIdempotency is matched (errors.Is) by every *IdempotencyError.
@@ -118,7 +121,7 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 	for {
 		now := r.opts.Now().UTC()
 		h.rec = idemRecord{Principal: inv.Principal, Tool: c.decl.ID, Key: key, RequestHash: reqHash, CallID: inv.CallID,
-			State: idemRunning, CreatedAt: now, ExpiresAt: now.Add(r.opts.IdempotencyTTL)}
+			State: idemRunning, CreatedAt: now, ExpiresAt: now.Add(r.opts.IdempotencyTTL), Node: r.store.Node()}
 		var held idemRecord
 		err := r.store.UpdateState(ctx, func(v *txn.StateView) error {
 			held = idemRecord{}
@@ -290,7 +293,13 @@ func (r *Runtime) recoverKeys(ctx context.Context) error {
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return fmt.Errorf("idempotency record %s is corrupt: %w", scope, err)
 		}
-		if rec.State == idemRunning {
+		if rec.State != idemRunning {
+			continue
+		}
+		// A call of another node whose lease holds is still running there.
+		if live, err := r.store.NodeLive(ctx, rec.Node); err != nil {
+			return err
+		} else if !live {
 			running[scope] = rec
 		}
 	}

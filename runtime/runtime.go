@@ -104,7 +104,11 @@ func Open(path string, opts *Options) (*Runtime, error) {
 			r.toolSlots[d.Key()] = make(chan struct{}, d.ResourceLimits.MaxConcurrent)
 		}
 	}
-	if _, err := store.Recover(context.Background(), r.interrupted(o.Now())); err != nil {
+	// On a shared Postgres database the store keeps this function to finish,
+	// later, the executions of nodes whose lease expires: the time is taken
+	// at each call.
+	finish := func(rec *txn.Record) ([]txn.AuditEvent, error) { return r.interrupted(r.opts.Now())(rec) }
+	if _, err := store.Recover(context.Background(), finish); err != nil {
 		abort()
 		store.Close()
 		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
