@@ -13,9 +13,9 @@
 #   bash scripts/pg-test.sh down DIR     stop the server of DIR, keeping its data
 #   bash scripts/pg-test.sh up DIR       start it again
 #
-# run also exports TOOLGATE_TEST_PG_DIR, the server's directory, so that a
-# test can take the server down and up again (a Postgres restart, an
-# outage) with down and up.
+# A test that takes a server down and up again (a Postgres restart, an
+# outage) starts one of its own with start, so that other packages' tests
+# running meanwhile on the shared one are not disturbed.
 #
 # It uses Debian's postgresql package (/usr/lib/postgresql/*/bin), installing
 # it with apt-get when it is missing and the script runs as root. Postgres
@@ -105,9 +105,8 @@ case "${1:-}" in
     dir=$(start)
     trap 'stop "$dir"' EXIT
     trap 'exit 130' INT TERM
-    export TOOLGATE_TEST_POSTGRES TOOLGATE_TEST_PG_DIR
+    export TOOLGATE_TEST_POSTGRES
     TOOLGATE_TEST_POSTGRES=$(url "$dir")
-    TOOLGATE_TEST_PG_DIR=$dir
     echo "pg-test: TOOLGATE_TEST_POSTGRES=$TOOLGATE_TEST_POSTGRES" >&2
     set +e
     "$@"

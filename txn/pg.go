@@ -143,7 +143,7 @@ type pgReq struct {
 // pgTx is the transaction of a group of writes.
 type pgTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  *pgx.Conn    // in the transaction (BEGIN sent with the head lock, COMMIT with the audit append)
 	evs []auditEvent // events an apply adds to its request's (Recover's)
 }
 
@@ -445,11 +445,19 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 		}
 		return uerr
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return -1, lostBefore("begin", err)
-	}
-	defer tx.Rollback(ctx) // after Commit: a no-op
+	// BEGIN goes in the first round trip, COMMIT in the last: the
+	// transaction is run by hand on the connection.
+	tx := conn.Conn()
+	committed := false
+	defer func() {
+		if !committed && !tx.IsClosed() {
+			// A connection still in a transaction is not reused by the
+			// pool (pgxpool closes it on release) if this fails too.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = tx.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+	}()
 	t := &pgTx{ctx: ctx, tx: tx}
 	var (
 		seq, last int64
@@ -466,12 +474,16 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	// commit whose answer is lost is found to have happened or not. One
 	// round trip for both.
 	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
 	b.Queue(`SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
 		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`)
 	b.Queue(`UPDATE toolgate_nodes SET grp = $3 WHERE node = $1 AND instance = $2
 		RETURNING expires > clock_timestamp()`, p.lease.node, p.lease.instance, grp)
 	br := tx.SendBatch(ctx, b)
-	err = br.QueryRow().Scan(&seq, &link, &last)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&seq, &link, &last)
+	}
 	if err == nil {
 		if lerr := br.QueryRow().Scan(&leased); lerr != nil && !errors.Is(lerr, pgx.ErrNoRows) {
 			err = lerr
@@ -520,28 +532,44 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 		pending = append(pending, r.evs...)
 		pending = append(pending, t.evs...)
 	}
+	// The audit append and the commit: one round trip.
+	b = &pgx.Batch{}
 	if len(pending) > 0 {
 		if err := s.failpoint(StepAudit); err != nil {
 			return -1, err
 		}
 		group, last, lastLink := auditGroup(uint64(seq), [32]byte(link), pending)
-		b := &pgx.Batch{}
 		b.Queue(`INSERT INTO toolgate_audit (seq, entries) VALUES ($1, $2)`, int64(seq+1), group)
 		b.Queue(`UPDATE toolgate_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(last), lastLink[:])
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return -1, lostBefore(fmt.Sprintf("append audit events from %d", seq+1), err)
-		}
 	}
 	if err := s.failpoint(StepCommit); err != nil {
 		return -1, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		if conn.Conn().IsClosed() || ctx.Err() != nil {
-			return -1, p.resolve(grp, err)
+	b.Queue(`COMMIT`)
+	br = tx.SendBatch(ctx, b)
+	var berr error
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			berr = err
+			break
 		}
-		return -1, fmt.Errorf("txn: %s: commit: %v", s.path, pgMessage(err))
 	}
-	return -1, nil
+	if err := br.Close(); berr == nil {
+		berr = err
+	}
+	if berr == nil && tx.PgConn().TxStatus() != 'I' {
+		// COMMIT of a transaction in error answers ROLLBACK, not an error.
+		berr = errors.New("the transaction was rolled back")
+	}
+	switch {
+	case berr == nil:
+		committed = true
+		return -1, nil
+	case tx.IsClosed() || ctx.Err() != nil:
+		committed = true // nothing to roll back on this connection
+		return -1, p.resolve(grp, berr)
+	}
+	return -1, fmt.Errorf("txn: %s: append audit events from %d and commit: %v; nothing was written", s.path, seq+1, pgMessage(berr))
 }
 
 // pgResolveWindow is how long a group whose commit went unanswered waits
@@ -627,37 +655,37 @@ func dbErr(what string, err error) error {
 	return &errPGAbort{fmt.Errorf("txn: %s: %v", what, pgMessage(err))}
 }
 
-// recordState returns whether id has a record and whether it is a claim.
-func (t *pgTx) recordState(id string) (exists, executing bool, err error) {
-	err = t.tx.QueryRow(t.ctx, `SELECT executing FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&executing)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, dbErr("read execution "+strconv.Quote(id), err)
-	}
-	return true, executing, nil
-}
-
-func (t *pgTx) recordAbsent(id string) error {
-	exists, _, err := t.recordState(id)
-	if err == nil && exists {
-		err = fmt.Errorf("%w: execution %q", ErrExists, id)
-	}
-	return err
-}
-
-func (t *pgTx) claimPresent(id string) error {
-	_, executing, err := t.recordState(id)
-	if err == nil && !executing {
-		err = fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)
-	}
-	return err
-}
-
 func (t *pgTx) exec(what, sql string, args ...any) error {
 	if _, err := t.tx.Exec(t.ctx, sql, args...); err != nil {
 		return dbErr(what, err)
+	}
+	return nil
+}
+
+// insert stores a record (a claim if executing) under a free id: the
+// primary key is the check (ErrExists), saving a round trip; a taken id
+// aborts the request, and its group is redone without it.
+func (t *pgTx) insert(id string, executing bool, data []byte, node any) error {
+	tag, err := t.tx.Exec(t.ctx, `INSERT INTO toolgate_executions (id, executing, data, node) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO NOTHING`, []byte(id), executing, data, node)
+	if err != nil {
+		return dbErr("store execution "+strconv.Quote(id), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &errPGAbort{fmt.Errorf("%w: execution %q", ErrExists, id)}
+	}
+	return nil
+}
+
+// finishClaim replaces a claim by its final record; no claim (ErrNotFound)
+// aborts the request, and its group is redone without it.
+func (t *pgTx) finishClaim(id string, data []byte) error {
+	tag, err := t.tx.Exec(t.ctx, `UPDATE toolgate_executions SET executing = false, data = $2 WHERE id = $1 AND executing`, []byte(id), data)
+	if err != nil {
+		return dbErr("store execution "+strconv.Quote(id), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &errPGAbort{fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)}
 	}
 	return nil
 }
@@ -800,9 +828,8 @@ func (t *pgTx) checkReads(x *Tx) error {
 func (p *pgStore) ready(ctx context.Context) error { return p.s.ready(ctx) }
 
 func (p *pgStore) put(ctx context.Context, id string, data []byte, evs []auditEvent) error {
-	return p.write(ctx, func(t *pgTx) error { return t.recordAbsent(id) }, func(t *pgTx) error {
-		return t.exec("store execution "+strconv.Quote(id),
-			`INSERT INTO toolgate_executions (id, executing, data) VALUES ($1, false, $2)`, []byte(id), data)
+	return p.write(ctx, func(t *pgTx) error { return nil }, func(t *pgTx) error {
+		return t.insert(id, false, data, nil)
 	}, evs)
 }
 
@@ -910,9 +937,6 @@ func (p *pgStore) begin(ctx context.Context, id string, data []byte, guard func(
 	p.lease.hold(id)
 	var v *StateView
 	err := p.writeReq(ctx, &pgReq{claim: true, check: func(t *pgTx) error {
-		if err := t.recordAbsent(id); err != nil {
-			return err
-		}
 		if guard == nil {
 			v = nil
 			return nil
@@ -923,8 +947,7 @@ func (p *pgStore) begin(ctx context.Context, id string, data []byte, guard func(
 		if err := p.s.failpoint(StepClaim); err != nil {
 			return err
 		}
-		if err := t.exec("claim execution "+strconv.Quote(id),
-			`INSERT INTO toolgate_executions (id, executing, data, node) VALUES ($1, true, $2, $3)`, []byte(id), data, p.lease.node); err != nil {
+		if err := t.insert(id, true, data, p.lease.node); err != nil {
 			return err
 		}
 		if v != nil {
@@ -944,9 +967,6 @@ func (p *pgStore) commit(ctx context.Context, x *Tx, data []byte, evs []auditEve
 		if err := s.failpoint(StepCheckReads); err != nil {
 			return err
 		}
-		if err := t.claimPresent(x.id); err != nil {
-			return p.lease.claimGone(err)
-		}
 		return t.checkReads(x)
 	}, func(t *pgTx) error {
 		if err := t.applyWrites(x.writes, s.failpoint); err != nil {
@@ -955,7 +975,10 @@ func (p *pgStore) commit(ctx context.Context, x *Tx, data []byte, evs []auditEve
 		if err := s.failpoint(StepRecord); err != nil {
 			return err
 		}
-		return t.finish(x.id, data)
+		if err := t.finishClaim(x.id, data); err != nil {
+			return p.lease.claimGone(err)
+		}
+		return nil
 	}, evs)
 	if err == nil || errors.Is(err, ErrNotFound) {
 		p.lease.drop(x.id)
@@ -967,12 +990,12 @@ func (p *pgStore) rollback(ctx context.Context, id string, data []byte, evs []au
 	// The last a Tx does with its claim: if this fails, the claim is an
 	// orphan, which the sweep finishes once Postgres answers.
 	defer p.lease.drop(id)
-	return p.write(ctx, func(t *pgTx) error {
-		if err := t.claimPresent(id); err != nil {
+	return p.write(ctx, func(t *pgTx) error { return nil }, func(t *pgTx) error {
+		if err := t.finishClaim(id, data); err != nil {
 			return p.lease.claimGone(err)
 		}
 		return nil
-	}, func(t *pgTx) error { return t.finish(id, data) }, evs)
+	}, evs)
 }
 
 func (p *pgStore) updateState(ctx context.Context, fn func(*StateView) error, evs []auditEvent) error {

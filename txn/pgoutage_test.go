@@ -16,17 +16,41 @@ import (
 
 // Postgres goes away and comes back, or a statement times out: the calls
 // fail with a clear error, nothing is half-written, and the store goes on
-// once Postgres answers again. About the Postgres backend alone; the
-// restart needs the server scripts/pg-test.sh started (it exports
-// TOOLGATE_TEST_PG_DIR):
+// once Postgres answers again. About the Postgres backend alone. The
+// restart is of a server of the test's own (scripts/pg-test.sh start), not
+// the shared one other packages' tests may be using:
 //
 //	bash scripts/pg-test.sh run go test -run TestPostgresOutage ./txn
 
-func pgServer(t *testing.T, action string) {
+// ownServer starts a throwaway Postgres for this test alone and returns
+// its URL and a function taking it down ("down") or up again ("up").
+func ownServer(t *testing.T) (string, func(action string)) {
 	t.Helper()
-	dir := os.Getenv("TOOLGATE_TEST_PG_DIR")
-	if out, err := exec.Command("bash", "../scripts/pg-test.sh", action, dir).CombinedOutput(); err != nil {
-		t.Fatalf("pg-test.sh %s: %v\n%s", action, err, out)
+	if os.Getenv("TOOLGATE_TEST_POSTGRES") == "" {
+		t.Skip(pgHowTo)
+	}
+	out, err := exec.Command("bash", "../scripts/pg-test.sh", "start").Output()
+	if err != nil {
+		t.Fatalf("pg-test.sh start: %v", err)
+	}
+	var dbURL, dir string
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "export TOOLGATE_TEST_POSTGRES='"); ok {
+			dbURL = strings.TrimSuffix(v, "'")
+		}
+		if i := strings.LastIndex(line, " stop "); strings.HasPrefix(line, "# stop") && i > 0 {
+			dir = line[i+len(" stop "):]
+		}
+	}
+	if dbURL == "" || dir == "" {
+		t.Fatalf("pg-test.sh start said:\n%s", out)
+	}
+	t.Cleanup(func() { _ = exec.Command("bash", "../scripts/pg-test.sh", "stop", dir).Run() })
+	return dbURL, func(action string) {
+		t.Helper()
+		if out, err := exec.Command("bash", "../scripts/pg-test.sh", action, dir).CombinedOutput(); err != nil {
+			t.Fatalf("pg-test.sh %s: %v\n%s", action, err, out)
+		}
 	}
 }
 
@@ -36,10 +60,7 @@ func put(s *txn.Store, v, event string) error {
 }
 
 func TestPostgresOutageServerRestarted(t *testing.T) {
-	dbURL := freshPostgres(t)
-	if os.Getenv("TOOLGATE_TEST_PG_DIR") == "" {
-		t.Skip("TOOLGATE_TEST_PG_DIR is not set: run it under bash scripts/pg-test.sh run, which can restart its server")
-	}
+	dbURL, pgServer := ownServer(t)
 	ctx := context.Background()
 	s := openNode(t, dbURL, "a", 0)
 	if err := put(s, "1", "one"); err != nil {
@@ -51,11 +72,11 @@ func TestPostgresOutageServerRestarted(t *testing.T) {
 	}
 	_ = tx.Put("ns", "k", []byte("from the tx"))
 
-	pgServer(t, "down")
+	pgServer("down")
 	up := false
 	defer func() {
 		if !up {
-			pgServer(t, "up")
+			pgServer("up")
 		}
 	}()
 	if err := put(s, "2", "two"); !errors.Is(err, txn.ErrUnavailable) || !strings.Contains(err.Error(), "nothing was written") {
@@ -77,7 +98,7 @@ func TestPostgresOutageServerRestarted(t *testing.T) {
 		t.Fatalf("the store is poisoned: %v", err)
 	}
 
-	pgServer(t, "up")
+	pgServer("up")
 	up = true
 	// The same store goes on: the write that failed wrote nothing, the
 	// claim is still there to end.
