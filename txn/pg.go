@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -24,14 +25,15 @@ import (
 // and each group is one transaction on a pooled connection. Reads go
 // through the same pool.
 //
-// Schema (version 2), all keys bytea so that they sort bytewise as bbolt's:
+// Schema (version 3), all keys bytea so that they sort bytewise as bbolt's:
 //
 //   - toolgate_meta: key -> value; "schema" is the schema version.
 //   - toolgate_executions: id -> executing (a claim), data (the record in
 //     the binary form of encode.go), node (the node holding the claim).
 //   - toolgate_state: (namespace, key) -> value.
 //   - toolgate_audit: seq of a group's first entry -> the group (the JSON
-//     array of its AuditEntry values, byte for byte as bbolt stores it).
+//     array of its AuditEntry values, byte for byte as bbolt stores it),
+//     and the span of its events' timestamps (min_ts, max_ts; indexed).
 //   - toolgate_audit_head: one row (id 1): the last seq and its hash. Every
 //     write transaction locks it first, which serializes writes and audit
 //     appends across connections and nodes: every check a write makes
@@ -43,7 +45,7 @@ import (
 //     found to have happened or not).
 
 // pgSchemaVersion is the newest schema this build knows.
-const pgSchemaVersion = 2
+const pgSchemaVersion = 3
 
 // pgWriterLock is the advisory lock key a writer of schema version 1 held
 // ("toolgate"); the upgrade to version 2 takes it, so it never runs under
@@ -88,6 +90,15 @@ var pgSchemaSteps = [][]string{
 		started timestamptz NOT NULL,
 		expires timestamptz NOT NULL,
 		grp bigint NOT NULL DEFAULT 0)`,
+	},
+	{
+		// The span of the events' timestamps in each group, for searches
+		// by time through an index (AuditSearch); groups stored before
+		// get the widest span: always searched.
+		`ALTER TABLE toolgate_audit
+		ADD COLUMN min_ts bigint NOT NULL DEFAULT -4611686018427387904,
+		ADD COLUMN max_ts bigint NOT NULL DEFAULT 4611686018427387904`,
+		`CREATE INDEX toolgate_audit_time ON toolgate_audit USING gist (int8range(min_ts, max_ts, '[]'))`,
 	},
 }
 
@@ -539,7 +550,8 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 			return -1, err
 		}
 		group, last, lastLink := auditGroup(uint64(seq), [32]byte(link), pending)
-		b.Queue(`INSERT INTO toolgate_audit (seq, entries) VALUES ($1, $2)`, int64(seq+1), group)
+		lo, hi := tsSpan(timestamps(group))
+		b.Queue(`INSERT INTO toolgate_audit (seq, entries, min_ts, max_ts) VALUES ($1, $2, $3, $4)`, int64(seq+1), group, lo, hi)
 		b.Queue(`UPDATE toolgate_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(last), lastLink[:])
 	}
 	if err := s.failpoint(StepCommit); err != nil {
@@ -1168,3 +1180,73 @@ func (p *pgStore) auditGroups(ctx context.Context, from uint64, needle []byte, f
 	}
 	return nil
 }
+
+// search calls fn with every entry of the groups holding needle whose
+// events' timestamps meet [from, to] (by the time index), in seq order,
+// until fn returns true; q is the pool, or a read transaction.
+func (p *pgStore) search(ctx context.Context, q pgQuerier, needle string, from, to int64, fn func(AuditEntry) bool) error {
+	rows, err := q.Query(ctx, `SELECT seq, entries FROM toolgate_audit
+		WHERE int8range(min_ts, max_ts, '[]') && int8range($1, $2, '[]')
+		AND position($3::bytea IN entries) > 0
+		ORDER BY seq`, clampTS(from), clampTS(max(to, from)), []byte(needle))
+	if err != nil {
+		return p.readErr(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var v []byte
+		if err := rows.Scan(&seq, &v); err != nil {
+			return p.readErr(ctx, err)
+		}
+		var group []AuditEntry
+		if err := json.Unmarshal(v, &group); err != nil {
+			return fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
+		}
+		for _, e := range group {
+			if fn(e) {
+				return nil
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return p.readErr(ctx, err)
+	}
+	return nil
+}
+
+// getWithAudit is GetWithAudit in one read-only REPEATABLE READ
+// transaction: the record and its events of one snapshot.
+func (p *pgStore) getWithAudit(ctx context.Context, id string, window func(*Record) (string, int64, int64), fn func(AuditEntry) bool) (*Record, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT data FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: execution %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	rec, err := decodeRecord(id, data)
+	if err != nil {
+		return nil, err
+	}
+	needle, from, to := window(rec)
+	if needle == "" {
+		return nil, fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
+	}
+	return rec, p.search(ctx, tx, needle, from, to, fn)
+}
+
+// clampTS keeps a timestamp (Unix ms) within ±2^62, so that an inclusive
+// int8range over it never overflows; real timestamps are far inside.
+func clampTS(ts int64) int64 { return min(max(ts, -1<<62), 1<<62) }
+
+func tsSpan(lo, hi int64) (int64, int64) { return clampTS(lo), clampTS(hi) }

@@ -22,3 +22,9 @@ func Sweep(s *Store) ([]*Record, error) {
 	p.lease.mu.Unlock()
 	return p.sweep(context.Background(), f, true)
 }
+
+// PGSchemaSteps are the schema's upgrade steps, by version.
+var PGSchemaSteps = pgSchemaSteps
+
+// PGWriterLock is the advisory lock a version-1 writer held.
+const PGWriterLock = pgWriterLock
