@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/toolgate/toolgate/capability"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -175,5 +177,56 @@ func verifyNodes(t *testing.T, rt *tgruntime.Runtime) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A node that opens while another is staging a file (a shared Postgres,
+// the same host) leaves that node's staged file alone: its recovery
+// finishes only what dead nodes left, and the write becomes visible at
+// the other node's commit.
+func TestPostgresNodesOpenLeavesAnotherNodesStagedFiles(t *testing.T) {
+	dbURL := sharedPostgres(t)
+	dir := t.TempDir()
+	staged, release := make(chan struct{}), make(chan struct{})
+	reg := tools.NewRegistry()
+	if err := reg.Register(tool(decl("test.stage", func(d *tools.Declaration) {
+		d.RequiredCapabilities = []capability.Capability{{Name: "filesystem.write", Scope: dir}}
+	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		if _, err := env.FS("filesystem.write").WriteStaged("out.txt", []byte("written"), 0o644); err != nil {
+			return msg{}, err
+		}
+		close(staged)
+		<-release
+		return in, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	opts := writeOpts(dir)
+	opts.Registry, opts.NoSync = reg, true
+	a, err := tgruntime.Open(dbURL, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		res, err := a.Execute(context.Background(), invoke("test.stage", `{"msg":"x"}`))
+		if err == nil && res.State != "COMPLETED" {
+			err = fmt.Errorf("ended %s", res.State)
+		}
+		done <- err
+	}()
+	<-staged
+	b, err := tgruntime.Open(dbURL, &tgruntime.Options{Grants: grantAll, NoSync: true, WorkDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("node a's call, after node b opened: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || string(got) != "written" {
+		t.Fatalf("out.txt = %q, %v", got, err)
 	}
 }
