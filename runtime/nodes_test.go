@@ -230,3 +230,69 @@ func TestPostgresNodesOpenLeavesAnotherNodesStagedFiles(t *testing.T) {
 		t.Fatalf("out.txt = %q, %v", got, err)
 	}
 }
+
+// A node dies (its lease lapses) with a keyed call running: another node
+// finishes the execution as interrupted and settles the key, so that the
+// key answers the stored result, never runs the tool again, and does not
+// stay "in flight" until its TTL.
+func TestPostgresNodesDeadNodesKeySettled(t *testing.T) {
+	dbURL := sharedPostgres(t)
+	t.Setenv("TOOLGATE_LEASE", "300ms")
+	ctx := context.Background()
+	var ran atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	open := func(node string) *tgruntime.Runtime {
+		t.Setenv("TOOLGATE_NODE", node)
+		reg := tools.NewRegistry()
+		if err := reg.Register(tool(decl("test.slow", limit(time.Minute)), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+			if ran.Add(1) == 1 {
+				close(started)
+			}
+			<-release
+			return in, nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		rt, err := tgruntime.Open(dbURL, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close(context.Background()) })
+		return rt
+	}
+	a, b := open("a"), open("b")
+	defer close(release)
+	inv := invoke("test.slow", `{"msg":"x"}`)
+	inv.IdempotencyKey = "the-key"
+	go a.Execute(ctx, inv) //nolint:errcheck // its commit fails: the node is dead to the others
+	<-started
+	// Node a is cut off: its renewals fail from now on, and its lease has
+	// expired.
+	c, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `UPDATE toolgate_nodes SET instance = 'gone', expires = clock_timestamp() - interval '1 second' WHERE node = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	inv.IdempotencyNoWait = true
+	var res *tgruntime.Result
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, err = b.Execute(ctx, inv)
+		var ie *tgruntime.IdempotencyError
+		if !errors.As(err, &ie) || ie.Code != "idempotency_in_flight" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead node's key is still in flight after 20s")
+		}
+	}
+	if res == nil || !res.Replayed || res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Code != "interrupted" {
+		t.Fatalf("the key after node a died = %+v, %v; want its interrupted result, replayed", res, err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times", n)
+	}
+	verifyNodes(t, b)
+}

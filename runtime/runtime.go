@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"sync"
 	"time"
@@ -147,6 +148,13 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		store.Close()
 		return nil, fmt.Errorf("runtime: settling the idempotency keys of interrupted invocations: %w", err)
 	}
+	// On a shared Postgres: the keys of calls whose node died are settled
+	// once another node has finished that node's executions.
+	store.OnSweep(func(ctx context.Context) {
+		if err := r.settleKeys(ctx, false); err != nil && store.Err() == nil {
+			log.Printf("toolgate: settling the idempotency keys of expired nodes: %v", err)
+		}
+	})
 	if err := r.auditLegacyIntents(context.Background()); err != nil {
 		abort()
 		store.Close()

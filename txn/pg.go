@@ -489,7 +489,7 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	b.Queue(`SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
 		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`)
 	b.Queue(`UPDATE toolgate_nodes SET grp = $3 WHERE node = $1 AND instance = $2
-		RETURNING expires > clock_timestamp()`, p.lease.node, p.lease.instance, grp)
+		RETURNING expires > clock_timestamp()`, p.lease.node, p.lease.run(), grp)
 	br := tx.SendBatch(ctx, b)
 	_, err = br.Exec()
 	if err == nil {
@@ -599,7 +599,7 @@ func (p *pgStore) resolve(grp int64, cause error) error {
 		var got int64
 		// FOR SHARE: a commit still under way in the server is waited for.
 		err := p.pool.QueryRow(ctx, `SELECT grp FROM toolgate_nodes WHERE node = $1 AND instance = $2 FOR SHARE`,
-			p.lease.node, p.lease.instance).Scan(&got)
+			p.lease.node, p.lease.run()).Scan(&got)
 		cancel()
 		switch {
 		case err == nil && got == grp:
@@ -1039,7 +1039,7 @@ func (p *pgStore) sweep(ctx context.Context, finish func(*Record) ([]AuditEvent,
 	err := p.write(ctx, func(*pgTx) error { return nil }, func(t *pgTx) error {
 		done = done[:0]
 		if err := t.exec("end expired leases", `DELETE FROM toolgate_nodes
-			WHERE expires < clock_timestamp() AND NOT (node = $1 AND instance = $2)`, p.lease.node, p.lease.instance); err != nil {
+			WHERE expires < clock_timestamp() AND NOT (node = $1 AND instance = $2)`, p.lease.node, p.lease.run()); err != nil {
 			return err
 		}
 		live := [][]byte{}

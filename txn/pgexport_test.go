@@ -9,7 +9,7 @@ func KillNode(s *Store) {
 	s.closed.Store(true)
 	close(p.lease.stop)
 	<-p.lease.done
-	liveInstances.Delete(p.lease.instance)
+	liveInstances.Delete(p.lease.run())
 	p.pool.Close()
 }
 

@@ -55,10 +55,10 @@ const DefaultLease = 15 * time.Second
 var ErrLeaseLost = errors.New("txn: this node's lease has expired")
 
 type pgLease struct {
-	node     string // the node's name: its claims carry it
-	instance string // this run of it
-	holder   string // host and pid, for messages
-	lease    time.Duration
+	node  string                 // the node's name: its claims carry it
+	runID atomic.Pointer[string] // this run of it (the lease row's instance); a new one when the row was lost
+	host  string
+	lease time.Duration
 
 	start time.Time    // monotonic base of until
 	until atomic.Int64 // ns after start at which the lease lapses here (a margin before the database's expiry)
@@ -66,7 +66,8 @@ type pgLease struct {
 	mu      sync.Mutex
 	held    map[string]struct{} // claims of this run whose Tx may still end them
 	finish  func(*Record) ([]AuditEvent, error)
-	lostMsg string // why the last renewal failed; "" while the lease holds
+	onGone  func(context.Context) // after a sweep (OnSweep)
+	lostMsg string                // why the last renewal failed; "" while the lease holds
 
 	stop chan struct{}
 	done chan struct{}
@@ -108,11 +109,21 @@ func newLease(opts *Options) (*pgLease, error) {
 	if lease < 100*time.Millisecond {
 		return nil, fmt.Errorf("txn: lease %v: at least 100ms", lease)
 	}
-	return &pgLease{
-		node: node, instance: instance, lease: lease, start: time.Now(),
-		holder: fmt.Sprintf("host %s pid %d run %s", host, os.Getpid(), instance),
-		held:   map[string]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
-	}, nil
+	l := &pgLease{
+		node: node, lease: lease, start: time.Now(), host: host,
+		held: map[string]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	l.runID.Store(&instance)
+	return l, nil
+}
+
+// run returns this run's id, the lease row's instance.
+func (l *pgLease) run() string { return *l.runID.Load() }
+
+// holder names this process and run, for messages and for a restarted
+// node to tell its dead predecessor from a live twin.
+func (l *pgLease) holder() string {
+	return fmt.Sprintf("host %s pid %d run %s", l.host, os.Getpid(), l.run())
 }
 
 // check fails with ErrLeaseLost once the lease has lapsed by this host's
@@ -189,12 +200,12 @@ func (p *pgStore) acquire(ctx context.Context, timeout time.Duration) error {
 				VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp() + $4::interval)
 				ON CONFLICT (node) DO UPDATE SET instance = excluded.instance, holder = excluded.holder,
 					started = excluded.started, expires = excluded.expires, grp = 0
-				WHERE toolgate_nodes.instance = $5`, l.node, l.instance, l.holder, l.interval(), instance)
+				WHERE toolgate_nodes.instance = $5`, l.node, l.run(), l.holder(), l.interval(), instance)
 			if err != nil {
 				return fmt.Errorf("txn: %s: take the lease of node %s: %v", p.s.path, l.node, pgMessage(err))
 			}
 			if tag.RowsAffected() == 1 {
-				liveInstances.Store(l.instance, true)
+				liveInstances.Store(l.run(), true)
 				l.renewed(t0)
 				return nil
 			}
@@ -272,34 +283,64 @@ func (p *pgStore) keepLease() {
 		l.mu.Unlock()
 		if finish != nil && p.sweepDue() {
 			ctx, cancel := context.WithTimeout(context.Background(), l.lease)
-			if _, err := p.sweep(ctx, finish, true); err != nil && !errors.Is(err, ErrClosed) {
+			_, err := p.sweep(ctx, finish, true)
+			if err != nil && !errors.Is(err, ErrClosed) {
 				log.Printf("toolgate: node %s: finishing the executions of expired nodes: %v", l.node, err)
+			}
+			l.mu.Lock()
+			gone := l.onGone
+			l.mu.Unlock()
+			if err == nil && gone != nil {
+				gone(ctx)
 			}
 			cancel()
 		}
 	}
 }
 
-// renew extends the lease; if its row is gone (the lease lapsed and
-// another node swept its claims), it registers again.
+// renew extends the lease. If its row is gone (the lease lapsed and
+// another node, or this one, swept its claims), it registers again as a
+// new run: what the old run had in flight was finished by the sweep, and
+// its idempotency keys, tagged with the old run, are settled (the sweep
+// hook runs) rather than taken for this run's.
 func (p *pgStore) renew() {
 	l := p.lease
 	ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
 	defer cancel()
 	t0 := time.Since(l.start)
-	var got bool
-	err := p.pool.QueryRow(ctx, `INSERT INTO toolgate_nodes (node, instance, holder, started, expires)
-		VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp() + $4::interval)
-		ON CONFLICT (node) DO UPDATE SET expires = excluded.expires
-		WHERE toolgate_nodes.instance = excluded.instance
-		RETURNING true`, l.node, l.instance, l.holder, l.interval()).Scan(&got)
-	if err == nil {
+	tag, err := p.pool.Exec(ctx, `UPDATE toolgate_nodes SET expires = clock_timestamp() + $3::interval
+		WHERE node = $1 AND instance = $2`, l.node, l.run(), l.interval())
+	if err == nil && tag.RowsAffected() == 1 {
 		l.renewed(t0)
 		return
 	}
-	why := pgMessage(err)
-	if errors.Is(err, pgx.ErrNoRows) {
-		why = "another run under the same node name holds it"
+	why := "another run under the same node name holds it"
+	if err == nil {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		next := hex.EncodeToString(b[:])
+		old := l.run()
+		h := strings.Replace(l.holder(), " run "+old, " run "+next, 1)
+		tag, err = p.pool.Exec(ctx, `INSERT INTO toolgate_nodes (node, instance, holder, started, expires)
+			VALUES ($1, $2, $3, clock_timestamp(), clock_timestamp() + $4::interval)
+			ON CONFLICT (node) DO NOTHING`, l.node, next, h, l.interval())
+		if err == nil && tag.RowsAffected() == 1 {
+			liveInstances.Store(next, true)
+			liveInstances.Delete(old)
+			l.runID.Store(&next)
+			l.renewed(t0)
+			log.Printf("toolgate: node %s: its lease had lapsed and its executions were finished as interrupted; it runs on under a new lease", l.node)
+			l.mu.Lock()
+			gone := l.onGone
+			l.mu.Unlock()
+			if gone != nil {
+				gone(ctx)
+			}
+			return
+		}
+	}
+	if err != nil {
+		why = pgMessage(err)
 	}
 	l.mu.Lock()
 	was := l.lostMsg
@@ -318,7 +359,8 @@ func (p *pgStore) sweepDue() bool {
 	var due bool
 	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolgate_executions e WHERE executing
 		AND (node IS NULL OR (node = $1 AND NOT (id = ANY($2::bytea[])))
-			OR NOT EXISTS (SELECT 1 FROM toolgate_nodes n WHERE n.node = e.node AND n.expires >= clock_timestamp())))`,
+			OR NOT EXISTS (SELECT 1 FROM toolgate_nodes n WHERE n.node = e.node AND n.expires >= clock_timestamp())))
+		OR EXISTS (SELECT 1 FROM toolgate_nodes WHERE expires < clock_timestamp())`,
 		p.lease.node, p.lease.live()).Scan(&due)
 	return err == nil && due
 }
@@ -329,10 +371,22 @@ func (p *pgStore) release() {
 	l := p.lease
 	close(l.stop)
 	<-l.done
-	liveInstances.Delete(l.instance)
+	liveInstances.Delete(l.run())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = p.pool.Exec(ctx, `DELETE FROM toolgate_nodes WHERE node = $1 AND instance = $2`, l.node, l.instance)
+	_, _ = p.pool.Exec(ctx, `DELETE FROM toolgate_nodes WHERE node = $1 AND instance = $2`, l.node, l.run())
+}
+
+// OnSweep registers fn, run (on the lease's goroutine) after each
+// background sweep of what expired nodes left: their claims finished, their
+// lease rows deleted. The runtime settles their idempotency keys there. A
+// no-op on bbolt, where a writer owns the file.
+func (s *Store) OnSweep(fn func(context.Context)) {
+	if p, ok := s.be.(*pgStore); ok && p.lease != nil {
+		p.lease.mu.Lock()
+		p.lease.onGone = fn
+		p.lease.mu.Unlock()
+	}
 }
 
 // Node returns the name of this node on a shared Postgres database, under
@@ -344,20 +398,32 @@ func (s *Store) Node() string {
 	return ""
 }
 
-// NodeLive reports whether node is another node than this one whose lease
-// on the shared database holds: what it has in flight is its own, and not
-// to be settled by this one. Always false on bbolt (one process owns the
-// file).
-func (s *Store) NodeLive(ctx context.Context, node string) (bool, error) {
+// NodeRun returns this node's name and run ("name/run") on a shared
+// Postgres database, or "" (bbolt, or read-only): what the runtime tags an
+// idempotency key in flight with.
+func (s *Store) NodeRun() string {
+	if p, ok := s.be.(*pgStore); ok && p.lease != nil {
+		return p.lease.node + "/" + p.lease.run()
+	}
+	return ""
+}
+
+// NodeLive reports whether run (a NodeRun of some store, or a bare node
+// name) is another run than this store's whose lease on the shared
+// database holds: what it has in flight is its own, not to be settled by
+// this one. Always false on bbolt (one process owns the file).
+func (s *Store) NodeLive(ctx context.Context, run string) (bool, error) {
 	p, ok := s.be.(*pgStore)
-	if !ok || node == "" || node == s.Node() {
+	if !ok || run == "" || run == s.NodeRun() || run == s.Node() {
 		return false, nil
 	}
 	if err := s.ready(ctx); err != nil {
 		return false, err
 	}
+	node, inst, _ := strings.Cut(run, "/")
 	var live bool
-	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolgate_nodes WHERE node = $1 AND expires > clock_timestamp())`, node).Scan(&live)
+	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolgate_nodes WHERE node = $1
+		AND ($2 = '' OR instance = $2) AND expires > clock_timestamp())`, node, inst).Scan(&live)
 	if err != nil {
 		return false, p.readErr(ctx, err)
 	}
