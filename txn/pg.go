@@ -3,8 +3,6 @@ package txn
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -629,37 +627,9 @@ func guarded(fn func(*pgTx) error, t *pgTx) (err error) {
 	return fn(t)
 }
 
-// auditGroup encodes events as the JSON array of their entries, linked
-// after seq and link, exactly as Store.appendAudit does for bbolt.
+// auditGroup encodes events as the group bbolt stores (appendAuditGroup).
 func auditGroup(seq uint64, link [32]byte, events []auditEvent) ([]byte, uint64, [32]byte) {
-	size := 2
-	for _, ev := range events {
-		size += len(ev.data) + len(`{"seq":,"prevHash":"","hash":"","event":},`) + 20 + 2*64
-	}
-	value := make([]byte, 0, size)
-	value = append(value, '[')
-	for i, ev := range events {
-		if i > 0 {
-			value = append(value, ',')
-		}
-		value = append(value, `{"seq":`...)
-		seq++
-		value = strconv.AppendUint(value, seq, 10)
-		value = append(value, `,"prevHash":"`...)
-		if seq > 1 {
-			value = hex.AppendEncode(value, link[:])
-		}
-		var buf [64]byte
-		copy(buf[:32], link[:])
-		copy(buf[32:], ev.sum[:])
-		link = sha256.Sum256(buf[:])
-		value = append(value, `","hash":"`...)
-		value = hex.AppendEncode(value, link[:])
-		value = append(value, `","event":`...)
-		value = append(value, ev.data...)
-		value = append(value, '}')
-	}
-	return append(value, ']'), seq, link
+	return appendAuditGroup(make([]byte, 0, auditGroupSize(events)), seq, link, events)
 }
 
 // dbErr marks an error from a statement: it aborts the transaction.
