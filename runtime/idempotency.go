@@ -52,6 +52,9 @@ type idemRecord struct {
 	// ExecutionIDs are the call's attempts, in order, once it is done: the
 	// result a replay rebuilds.
 	ExecutionIDs []string `json:"executionIds,omitempty"`
+	// Node is the node and run holding the call, on a Postgres database
+	// shared by several (txn.Store.NodeRun); empty on bbolt.
+	Node string `json:"node,omitempty"`
 }
 
 // ErrIdempotency is matched (errors.Is) by every *IdempotencyError.
@@ -118,7 +121,7 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 	for {
 		now := r.opts.Now().UTC()
 		h.rec = idemRecord{Principal: inv.Principal, Tool: c.decl.ID, Key: key, RequestHash: reqHash, CallID: inv.CallID,
-			State: idemRunning, CreatedAt: now, ExpiresAt: now.Add(r.opts.IdempotencyTTL)}
+			State: idemRunning, CreatedAt: now, ExpiresAt: now.Add(r.opts.IdempotencyTTL), Node: r.store.NodeRun()}
 		var held idemRecord
 		err := r.store.UpdateState(ctx, func(v *txn.StateView) error {
 			held = idemRecord{}
@@ -279,7 +282,12 @@ func ran(res *Result) bool {
 // key whose call left no record, or only attempts refused before they ran,
 // is freed (see finishKey). The records are read once
 // for all such keys.
-func (r *Runtime) recoverKeys(ctx context.Context) error {
+func (r *Runtime) recoverKeys(ctx context.Context) error { return r.settleKeys(ctx, true) }
+
+// settleKeys settles the keys of calls that no live node runs: at Open
+// (own), this node's left by its previous run too; later (on a shared
+// Postgres, after a sweep of expired nodes), only other nodes'.
+func (r *Runtime) settleKeys(ctx context.Context, own bool) error {
 	all, err := r.store.StateValues(ctx, nsIdem)
 	if err != nil {
 		return err
@@ -290,7 +298,17 @@ func (r *Runtime) recoverKeys(ctx context.Context) error {
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return fmt.Errorf("idempotency record %s is corrupt: %w", scope, err)
 		}
-		if rec.State == idemRunning {
+		if rec.State != idemRunning {
+			continue
+		}
+		// One of this run's, after Open, is running here; one of another
+		// run whose lease holds is running there.
+		if !own && (rec.Node == "" || rec.Node == r.store.NodeRun()) {
+			continue
+		}
+		if live, err := r.store.NodeLive(ctx, rec.Node); err != nil {
+			return err
+		} else if !live {
 			running[scope] = rec
 		}
 	}

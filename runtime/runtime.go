@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"sync"
 	"time"
@@ -104,7 +106,32 @@ func Open(path string, opts *Options) (*Runtime, error) {
 			r.toolSlots[d.Key()] = make(chan struct{}, d.ResourceLimits.MaxConcurrent)
 		}
 	}
-	if _, err := store.Recover(context.Background(), r.interrupted(o.Now())); err != nil {
+	// On a shared Postgres database the store keeps this function to finish,
+	// later, the executions of nodes whose lease expires: the time is taken
+	// at each call.
+	keys, err := r.runningKeys(context.Background())
+	if err != nil {
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: reading the idempotency keys of interrupted invocations: %w", err)
+	}
+	var keysMu sync.Mutex
+	finish := func(rec *txn.Record) ([]txn.AuditEvent, error) {
+		// The events that finish an attempt carry its call's idempotency
+		// key, as its others do. A claim of another node, swept later, may
+		// hold a key taken since Open: look again (Postgres only: there the
+		// read does not wait for the write this runs in).
+		keysMu.Lock()
+		defer keysMu.Unlock()
+		k := idemCall{rec.CallID, rec.Principal, rec.ToolID}
+		if _, ok := keys[k]; !ok && store.Node() != "" {
+			if again, err := r.runningKeys(context.Background()); err == nil {
+				keys = again
+			}
+		}
+		return r.interrupted(r.opts.Now(), keys[k])(rec)
+	}
+	if _, err := store.Recover(context.Background(), finish); err != nil {
 		abort()
 		store.Close()
 		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
@@ -121,6 +148,13 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		store.Close()
 		return nil, fmt.Errorf("runtime: settling the idempotency keys of interrupted invocations: %w", err)
 	}
+	// On a shared Postgres: the keys of calls whose node died are settled
+	// once another node has finished that node's executions.
+	store.OnSweep(func(ctx context.Context) {
+		if err := r.settleKeys(ctx, false); err != nil && store.Err() == nil {
+			log.Printf("toolgate: settling the idempotency keys of expired nodes: %v", err)
+		}
+	})
 	if err := r.auditLegacyIntents(context.Background()); err != nil {
 		abort()
 		store.Close()
@@ -132,7 +166,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 // interrupted finishes a record a crash left EXECUTING: ABORTED, then
 // ROLLED_BACK, both with the reason "interrupted". The attempt is not run
 // again.
-func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent, error) {
+func (r *Runtime) interrupted(at time.Time, key string) func(*txn.Record) ([]txn.AuditEvent, error) {
 	return func(rec *txn.Record) ([]txn.AuditEvent, error) {
 		added := []lifecycle.Transition{
 			{From: lifecycle.Executing, To: lifecycle.Aborted, Event: lifecycle.EventAbort, At: at, Reason: "interrupted"},
@@ -146,8 +180,28 @@ func (r *Runtime) interrupted(at time.Time) func(*txn.Record) ([]txn.AuditEvent,
 			Message: "execution interrupted: the process ended while the tool ran; it was not run again"}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
-		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, eventExtras{}, nil), nil
+		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, eventExtras{idemKey: key}, nil), nil
 	}
+}
+
+// idemCall names a call as an idempotency record does.
+type idemCall struct{ callID, principal, tool string }
+
+// runningKeys returns the keys of the calls whose idempotency record is
+// still running: an interrupted attempt's events carry its call's key.
+func (r *Runtime) runningKeys(ctx context.Context) (map[idemCall]string, error) {
+	all, err := r.store.StateValues(ctx, nsIdem)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[idemCall]string{}
+	for _, b := range all {
+		var rec idemRecord
+		if json.Unmarshal(b, &rec) == nil && rec.State == idemRunning {
+			keys[idemCall{rec.CallID, rec.Principal, rec.Tool}] = rec.Key
+		}
+	}
+	return keys, nil
 }
 
 // Err returns why the runtime refuses work, or nil: its store was poisoned

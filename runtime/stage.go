@@ -332,6 +332,13 @@ func (r *Runtime) recoverStaged(ctx context.Context) error {
 	}
 	keys = keys[:0]
 	for k, v := range pending {
+		// Recover has finished every claim this node may finish: one still
+		// EXECUTING is another live node's (a shared Postgres), staging now.
+		if id, _, ok := strings.Cut(k, "/"); ok {
+			if rec, err := r.store.Get(ctx, id); err == nil && rec.State == "EXECUTING" {
+				continue
+			}
+		}
 		var in fileIntent
 		if json.Unmarshal(v, &in) == nil {
 			removeStaged(in)

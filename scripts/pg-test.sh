@@ -10,6 +10,12 @@
 #   bash scripts/pg-test.sh start        start one and print the export line
 #                                        and the directory to stop
 #   bash scripts/pg-test.sh stop DIR     stop and remove the one in DIR
+#   bash scripts/pg-test.sh down DIR     stop the server of DIR, keeping its data
+#   bash scripts/pg-test.sh up DIR       start it again
+#
+# A test that takes a server down and up again (a Postgres restart, an
+# outage) starts one of its own with start, so that other packages' tests
+# running meanwhile on the shared one are not disturbed.
 #
 # It uses Debian's postgresql package (/usr/lib/postgresql/*/bin), installing
 # it with apt-get when it is missing and the script runs as root. Postgres
@@ -48,6 +54,16 @@ as_pg() {
   fi
 }
 
+# server_up DIR: starts the server of DIR (initialized), waiting until it answers.
+server_up() {
+  local dir=$1 bin
+  bin=$(bindir)
+  # No TCP at all (listen_addresses=''): the socket directory is the only way in.
+  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/sock/server.log" -w -t 60 \
+      -o "-c listen_addresses='' -c unix_socket_directories='$dir/sock' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      start >"$dir/pg_ctl.log" 2>&1
+}
+
 # start: initdb and start a server; prints the directory.
 start() {
   ensure_postgres
@@ -60,10 +76,7 @@ start() {
   if ! as_pg "$bin/initdb" -D "$dir/data" -U toolgate --auth=trust -E UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1; then
     cat "$dir/initdb.log" >&2; rm -rf "$dir"; die "initdb failed"
   fi
-  # No TCP at all (listen_addresses=''): the socket directory is the only way in.
-  if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/sock/server.log" -w -t 60 \
-      -o "-c listen_addresses='' -c unix_socket_directories='$dir/sock' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-      start >"$dir/pg_ctl.log" 2>&1; then
+  if ! server_up "$dir"; then
     cat "$dir/pg_ctl.log" "$dir/sock/server.log" >&2 || true
     as_pg "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
     rm -rf "$dir"; die "the server did not start"
@@ -110,7 +123,15 @@ case "${1:-}" in
     [ $# -eq 2 ] || die "usage: pg-test.sh stop DIR"
     stop "$2"
     ;;
+  down)
+    [ $# -eq 2 ] && [ -d "$2/data" ] || die "usage: pg-test.sh down DIR (a pg-test directory)"
+    as_pg "$(bindir)/pg_ctl" -D "$2/data" -m fast -w stop >/dev/null
+    ;;
+  up)
+    [ $# -eq 2 ] && [ -d "$2/data" ] || die "usage: pg-test.sh up DIR (a pg-test directory)"
+    server_up "$2" || { cat "$2/pg_ctl.log" >&2; die "the server did not start"; }
+    ;;
   *)
-    die "usage: pg-test.sh run CMD... | start | stop DIR"
+    die "usage: pg-test.sh run CMD... | start | stop DIR | down DIR | up DIR"
     ;;
 esac

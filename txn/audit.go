@@ -90,16 +90,35 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []auditEvent) error {
 	}
 	var key [8]byte
 	binary.BigEndian.PutUint64(key[:], seq+1)
+	buf := getBuf(auditGroupSize(events))
+	s.used = append(s.used, buf)
+	value, seq, link := appendAuditGroup(*buf, seq, link, events)
+	*buf = value
+	if err := log.Put(key[:], value); err != nil {
+		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
+	}
+	var next [40]byte
+	binary.BigEndian.PutUint64(next[:], seq)
+	copy(next[8:], link[:])
+	return log.Put(keyAuditHead, next[:])
+}
+
+// auditGroupSize is about the size of the group appendAuditGroup encodes.
+func auditGroupSize(events []auditEvent) int {
 	size := 2
 	for _, ev := range events {
 		size += len(ev.data) + len(`{"seq":,"prevHash":"","hash":"","event":},`) + 20 + 2*64
 	}
-	// The entries are the JSON form of []AuditEntry, written by hand: this
-	// runs inside the serialized commit. Each event was checked and hashed
-	// by prepareAudit before the write was queued.
-	buf := getBuf(size)
-	s.used = append(s.used, buf)
-	value := append(*buf, '[')
+	return size
+}
+
+// appendAuditGroup appends to dst the group of events linked after the
+// entry seq whose hash is link: the JSON form of []AuditEntry, written by
+// hand, as every backend stores it; it returns it with the last seq and
+// hash. It runs inside the serialized commit: each event was checked and
+// hashed by prepareAudit before its write was queued.
+func appendAuditGroup(dst []byte, seq uint64, link [32]byte, events []auditEvent) ([]byte, uint64, [32]byte) {
+	value := append(dst, '[')
 	for i, ev := range events {
 		if i > 0 {
 			value = append(value, ',')
@@ -121,15 +140,7 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []auditEvent) error {
 		value = append(value, ev.data...)
 		value = append(value, '}')
 	}
-	value = append(value, ']')
-	*buf = value
-	if err := log.Put(key[:], value); err != nil {
-		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
-	}
-	var next [40]byte
-	binary.BigEndian.PutUint64(next[:], seq)
-	copy(next[8:], link[:])
-	return log.Put(keyAuditHead, next[:])
+	return append(value, ']'), seq, link
 }
 
 // checkAuditTail makes sure the next group, under key seq+1, goes after

@@ -29,31 +29,11 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 	if needle == "" {
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
-	if s.be != nil {
-		n := []byte(needle)
-		{
-			// The backend filters groups by needle; the time window is applied
-			// here, group by group, as below.
-			return s.be.auditGroups(ctx, 0, n, func(seq uint64, v []byte) (bool, error) {
-				min, max := timestamps(v)
-				if min > to {
-					return false, nil
-				}
-				if max < from {
-					return true, nil
-				}
-				var group []AuditEntry
-				if err := json.Unmarshal(v, &group); err != nil {
-					return false, fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
-				}
-				for _, e := range group {
-					if fn(e) {
-						return false, nil
-					}
-				}
-				return true, nil
-			})
+	if p, ok := s.be.(*pgStore); ok {
+		if err := s.ready(ctx); err != nil {
+			return err
 		}
+		return p.search(ctx, p.pool, needle, from, to, fn)
 	}
 	return s.view(ctx, func(tx *bolt.Tx) error { return auditSearch(ctx, tx, needle, from, to, fn) })
 }
@@ -66,15 +46,8 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 // events. It returns the record, or an error wrapping ErrNotFound or
 // ErrCorrupt.
 func (s *Store) GetWithAudit(ctx context.Context, executionID string, window func(*Record) (needle string, from, to int64), fn func(AuditEntry) bool) (*Record, error) {
-	if s.be != nil {
-		// Two reads on Postgres for now: an in-flight record can race its
-		// next transition (reported, never hidden).
-		rec, err := s.Get(ctx, executionID)
-		if err != nil {
-			return nil, err
-		}
-		needle, from, to := window(rec)
-		return rec, s.AuditSearch(ctx, needle, from, to, fn)
+	if p, ok := s.be.(*pgStore); ok {
+		return p.getWithAudit(ctx, executionID, window, fn)
 	}
 	var rec *Record
 	err := s.view(ctx, func(tx *bolt.Tx) error {

@@ -39,13 +39,16 @@ import "context"
 //     every backend the same way.
 //   - Reads (get, walk, the state reads, auditRaw) see committed data
 //     only, each one consistent snapshot.
-//   - Recovery. recover finishes every claim left by a crash in one
-//     transaction. Until leases exist, a writer holds the database alone
-//     (ErrLocked for a second one), so every claim found is the writer's
-//     own, left by its previous run.
-//   - Failure. A write whose outcome is unknown (the connection lost during
-//     commit, an fsync error) poisons the Store (ErrPoisoned) until it is
-//     reopened.
+//   - Recovery. recover finishes, in one transaction, every claim left by
+//     a writer that is gone: on bbolt (one writer per file) every claim
+//     found, its previous run's; on Postgres the node's own claims (its
+//     previous run's, under the same name) and those of nodes whose lease
+//     expired, never a live node's (pglease.go).
+//   - Failure. A write whose outcome is unknown on bbolt (an fsync error)
+//     poisons the Store (ErrPoisoned) until it is reopened. On Postgres a
+//     write fails alone (ErrUnavailable: nothing written), a commit whose
+//     answer was lost is resolved by reading the node's group number back,
+//     and the store goes on once Postgres answers.
 //   - Concurrency. Every method is safe for concurrent use.
 type backend interface {
 	// put stores a final record; the id must be free.

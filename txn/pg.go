@@ -3,8 +3,7 @@ package txn
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -18,56 +17,87 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The Postgres backend. One writer per database at a time, as with bbolt:
-// the writer holds a session advisory lock on its own connection, through
-// which every write goes, grouped like bbolt's (see pgStore.write). Reads go
-// through a pool and work while a writer runs.
+// The Postgres backend. Many nodes (processes, on one host or many) may
+// write to one database at once; each holds a lease in toolgate_nodes (see
+// pglease.go). A node's writes are grouped like bbolt's (see pgStore.write)
+// and each group is one transaction on a pooled connection. Reads go
+// through the same pool.
 //
-// Schema (version 1), all keys bytea so that they sort bytewise as bbolt's:
+// Schema (version 3), all keys bytea so that they sort bytewise as bbolt's:
 //
 //   - toolgate_meta: key -> value; "schema" is the schema version.
 //   - toolgate_executions: id -> executing (a claim), data (the record in
-//     the binary form of encode.go).
+//     the binary form of encode.go), node (the node holding the claim).
 //   - toolgate_state: (namespace, key) -> value.
 //   - toolgate_audit: seq of a group's first entry -> the group (the JSON
-//     array of its AuditEntry values, byte for byte as bbolt stores it).
+//     array of its AuditEntry values, byte for byte as bbolt stores it),
+//     and the span of its events' timestamps (min_ts, max_ts; indexed).
 //   - toolgate_audit_head: one row (id 1): the last seq and its hash. Every
 //     write transaction locks it first, which serializes writes and audit
-//     appends across connections.
+//     appends across connections and nodes: every check a write makes
+//     (a free execution id, an intent not yet executed, an idempotency key
+//     not yet held) sees every write committed before it.
+//   - toolgate_nodes: node -> instance (one run of it), holder (host and
+//     pid), expires (its lease, by the database's clock), grp (the number
+//     of its last group transaction: how a commit whose answer was lost is
+//     found to have happened or not).
 
 // pgSchemaVersion is the newest schema this build knows.
-const pgSchemaVersion = 1
+const pgSchemaVersion = 3
 
-// pgWriterLock is the advisory lock key a writer holds ("toolgate").
+// pgWriterLock is the advisory lock key a writer of schema version 1 held
+// ("toolgate"); the upgrade to version 2 takes it, so it never runs under
+// an older toolgate still writing.
 const pgWriterLock int64 = 0x746f6f6c67617465
 
 // pgWriteTimeout bounds one group's transaction: a database that does not
-// answer fails the writes (and, the outcome being unknown, poisons the
-// Store) rather than hanging them.
+// answer fails the writes rather than hanging them.
 const pgWriteTimeout = 30 * time.Second
 
 // pgMigrateLock serializes schema creation and migration ("toolgatm").
 const pgMigrateLock int64 = 0x746f6f6c6761746d
 
-var pgSchema = []string{
-	`CREATE TABLE toolgate_executions (
+// pgSchemaSteps[v] upgrades a schema of version v to v+1.
+var pgSchemaSteps = [][]string{
+	{
+		`CREATE TABLE toolgate_executions (
 		id bytea PRIMARY KEY,
 		executing boolean NOT NULL,
 		data bytea NOT NULL)`,
-	`CREATE INDEX toolgate_executions_claims ON toolgate_executions (id) WHERE executing`,
-	`CREATE TABLE toolgate_state (
+		`CREATE INDEX toolgate_executions_claims ON toolgate_executions (id) WHERE executing`,
+		`CREATE TABLE toolgate_state (
 		namespace bytea NOT NULL,
 		key bytea NOT NULL,
 		value bytea NOT NULL,
 		PRIMARY KEY (namespace, key))`,
-	`CREATE TABLE toolgate_audit (
+		`CREATE TABLE toolgate_audit (
 		seq bigint PRIMARY KEY CHECK (seq > 0),
 		entries bytea NOT NULL)`,
-	`CREATE TABLE toolgate_audit_head (
+		`CREATE TABLE toolgate_audit_head (
 		id int PRIMARY KEY CHECK (id = 1),
 		seq bigint NOT NULL,
 		hash bytea NOT NULL CHECK (length(hash) = 32))`,
-	`INSERT INTO toolgate_audit_head (id, seq, hash) VALUES (1, 0, '\x0000000000000000000000000000000000000000000000000000000000000000')`,
+		`INSERT INTO toolgate_audit_head (id, seq, hash) VALUES (1, 0, '\x0000000000000000000000000000000000000000000000000000000000000000')`,
+	},
+	{
+		`ALTER TABLE toolgate_executions ADD COLUMN node text`,
+		`CREATE TABLE toolgate_nodes (
+		node text PRIMARY KEY,
+		instance text NOT NULL,
+		holder text NOT NULL,
+		started timestamptz NOT NULL,
+		expires timestamptz NOT NULL,
+		grp bigint NOT NULL DEFAULT 0)`,
+	},
+	{
+		// The span of the events' timestamps in each group, for searches
+		// by time through an index (AuditSearch); groups stored before
+		// get the widest span: always searched.
+		`ALTER TABLE toolgate_audit
+		ADD COLUMN min_ts bigint NOT NULL DEFAULT -4611686018427387904,
+		ADD COLUMN max_ts bigint NOT NULL DEFAULT 4611686018427387904`,
+		`CREATE INDEX toolgate_audit_time ON toolgate_audit USING gist (int8range(min_ts, max_ts, '[]'))`,
+	},
 }
 
 // IsPostgresURL reports whether path, as given to [Open], names a Postgres
@@ -100,12 +130,12 @@ type pgStore struct {
 	s    *Store
 	pool *pgxpool.Pool
 
-	// The writer: one connection holding the writer lock, nil when read-only.
-	wconn *pgx.Conn
-
 	// The group committer's queue, guarded by s.wmu (as the bbolt one).
 	queue   []*pgReq
 	leading bool
+	grp     int64 // the number of the last group transaction; only the leader touches it
+
+	lease *pgLease // nil when read-only
 }
 
 // pgReq is one write waiting for the group committer: check may only
@@ -114,6 +144,7 @@ type pgReq struct {
 	check func(*pgTx) error
 	apply func(*pgTx) error
 	evs   []auditEvent
+	claim bool // needs this node's lease (it stores a claim)
 	done  chan error
 	err   error
 }
@@ -121,7 +152,7 @@ type pgReq struct {
 // pgTx is the transaction of a group of writes.
 type pgTx struct {
 	ctx context.Context
-	tx  pgx.Tx
+	tx  *pgx.Conn    // in the transaction (BEGIN sent with the head lock, COMMIT with the audit append)
 	evs []auditEvent // events an apply adds to its request's (Recover's)
 }
 
@@ -145,6 +176,9 @@ func openPostgres(raw string, opts *Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	if opts.NoSync {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnConfig.ConnectTimeout+timeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -167,29 +201,16 @@ func openPostgres(raw string, opts *Options) (*Store, error) {
 	if err := p.migrate(ctx, shown); err != nil {
 		return fail(err)
 	}
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	l, err := newLease(opts)
 	if err != nil {
-		return fail(fmt.Errorf("txn: connect to %s: %v", shown, pgMessage(err)))
+		return fail(err)
 	}
-	p.wconn = conn
-	for deadline := time.Now().Add(timeout); ; {
-		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pgWriterLock).Scan(&got); err != nil {
-			return fail(fmt.Errorf("txn: %s: take the writer lock: %v", shown, pgMessage(err)))
-		}
-		if got {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("%w: %s (another toolgate writes to this database)", ErrLocked, shown))
-		}
-		time.Sleep(20 * time.Millisecond)
+	p.lease = l
+	if err := p.acquire(ctx, timeout); err != nil {
+		p.lease = nil
+		return fail(err)
 	}
-	if opts.NoSync {
-		if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-			return fail(fmt.Errorf("txn: %s: %v", shown, pgMessage(err)))
-		}
-	}
+	go p.keepLease()
 	return s, nil
 }
 
@@ -256,15 +277,26 @@ func (p *pgStore) migrate(ctx context.Context, shown string) error {
 			return newerSchema(shown, v)
 		case v == pgSchemaVersion:
 			return nil
+		case v > 0:
+			// Version 1 had one writer, holding pgWriterLock for its
+			// whole run: it must not be running while the schema changes
+			// under it.
+			var free bool
+			if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgWriterLock).Scan(&free); err != nil {
+				return err
+			}
+			if !free {
+				return fmt.Errorf("%w: %s: an older toolgate (schema version %d) writes to this database: stop it before this version upgrades the schema", ErrLocked, shown, v)
+			}
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS toolgate_meta (key text PRIMARY KEY, value bigint NOT NULL)`); err != nil {
 			return err
 		}
-		// v == 0: a new database. Later versions add their steps here,
-		// from v on.
-		for _, stmt := range pgSchema {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return err
+		for _, step := range pgSchemaSteps[v:] {
+			for _, stmt := range step {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
+				}
 			}
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO toolgate_meta (key, value) VALUES ('schema', $1)
@@ -272,7 +304,7 @@ func (p *pgStore) migrate(ctx context.Context, shown string) error {
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrIncompatible) {
+		if errors.Is(err, ErrIncompatible) || errors.Is(err, ErrLocked) {
 			return err
 		}
 		return fmt.Errorf("txn: %s: create or migrate the schema: %v", shown, pgMessage(err))
@@ -281,10 +313,8 @@ func (p *pgStore) migrate(ctx context.Context, shown string) error {
 }
 
 func (p *pgStore) close() error {
-	if p.wconn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = p.wconn.Close(ctx) // ends the session: the writer lock goes with it
-		cancel()
+	if p.lease != nil {
+		p.release()
 	}
 	p.pool.Close()
 	return nil
@@ -295,6 +325,10 @@ func (p *pgStore) close() error {
 // group in progress commits at once; those that arrive meanwhile are
 // committed together by the next one, in one transaction.
 func (p *pgStore) write(ctx context.Context, check, apply func(*pgTx) error, evs []auditEvent) error {
+	return p.writeReq(ctx, &pgReq{check: check, apply: apply, evs: evs})
+}
+
+func (p *pgStore) writeReq(ctx context.Context, r *pgReq) error {
 	s := p.s
 	if err := s.ready(ctx); err != nil {
 		return err
@@ -302,7 +336,7 @@ func (p *pgStore) write(ctx context.Context, check, apply func(*pgTx) error, evs
 	if s.readOnly {
 		return ErrReadOnly
 	}
-	r := &pgReq{check: check, apply: apply, evs: evs, done: make(chan error, 1)}
+	r.done = make(chan error, 1)
 	s.wmu.Lock()
 	if s.closed.Load() {
 		s.wmu.Unlock()
@@ -342,37 +376,32 @@ func (p *pgStore) write(ctx context.Context, check, apply func(*pgTx) error, evs
 	return r.err
 }
 
+// pgRetries is how many times a group is tried again on a fresh connection
+// when its connection was found lost before the commit was sent (nothing of
+// it was written then): a Postgres restart costs the first write after it
+// nothing.
+const pgRetries = 2
+
 // commitGroup runs a group of requests in one transaction and sets each
 // one's err.
 func (p *pgStore) commitGroup(batch []*pgReq) {
 	s := p.s
-	if err := s.poisonedErr(); err != nil {
-		for _, r := range batch {
-			r.err = err
-		}
-		return
-	}
 	todo := slices.Clone(batch)
+	retries := 0
 	for len(todo) > 0 {
 		s.batches.Add(1)
 		failed, err := p.runGroup(todo)
+		var lost *errConnLost
 		switch {
 		case failed >= 0:
 			todo[failed].err = err
 			todo = slices.Delete(todo, failed, failed+1)
+		case errors.As(err, &lost) && retries < pgRetries:
+			retries++
+			time.Sleep(time.Duration(retries) * 50 * time.Millisecond)
 		case err != nil:
-			perr := err
-			if p.wconn.IsClosed() {
-				perr = fmt.Errorf("the connection to Postgres was lost, and the writer lock with it: %w", err)
-			}
-			if p.wconn.IsClosed() || errors.Is(err, errCommitUnknown) {
-				// The session, and the writer lock with it, is gone, or
-				// the commit's outcome is not known: as an I/O error in
-				// bbolt, refuse further work until reopened.
-				perr = s.poison(perr)
-			}
 			for _, r := range todo {
-				r.err = perr
+				r.err = err
 			}
 			return
 		default:
@@ -381,7 +410,23 @@ func (p *pgStore) commitGroup(batch []*pgReq) {
 	}
 }
 
-var errCommitUnknown = errors.New("the outcome of the commit is unknown")
+// errConnLost is a group that failed because its connection was lost
+// before the commit was sent: nothing of it was written.
+type errConnLost struct{ err error }
+
+func (e *errConnLost) Error() string { return e.err.Error() }
+func (e *errConnLost) Unwrap() error { return e.err }
+
+// ErrUnavailable reports that Postgres could not be reached, or did not
+// answer in time: the write it failed wrote nothing (or, said in the
+// message, its outcome could not be learned), and the store goes on once
+// Postgres is back.
+var ErrUnavailable = errors.New("txn: database unavailable")
+
+// unavailable is a group's error when Postgres failed it before its commit.
+func (p *pgStore) unavailable(what string, err error) error {
+	return fmt.Errorf("%w: %s: %s: %v; nothing was written", ErrUnavailable, p.s.path, what, pgMessage(err))
+}
 
 // runGroup runs todo in one transaction. It returns the index of a request
 // that failed in a way that aborted the transaction (it must be taken out
@@ -392,32 +437,75 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	// is never unknown to its caller.
 	ctx, cancel := context.WithTimeout(context.Background(), pgWriteTimeout)
 	defer cancel()
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return -1, p.unavailable("connect", err)
+	}
+	defer conn.Release()
+	// A connection lost before the commit: nothing was written; the group
+	// may be tried again on another.
+	lostBefore := func(what string, err error) error {
+		uerr := p.unavailable(what, err)
+		if conn.Conn().IsClosed() || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				uerr = fmt.Errorf("%w (no answer from Postgres within %v)", uerr, pgWriteTimeout)
+			}
+			return &errConnLost{uerr}
+		}
+		return uerr
+	}
+	// BEGIN goes in the first round trip, COMMIT in the last: the
+	// transaction is run by hand on the connection.
+	tx := conn.Conn()
+	committed := false
 	defer func() {
-		if err != nil && failed < 0 && ctx.Err() != nil {
-			err = fmt.Errorf("%w (no answer from Postgres within %v)", err, pgWriteTimeout)
+		if !committed && !tx.IsClosed() {
+			// A connection still in a transaction is not reused by the
+			// pool (pgxpool closes it on release) if this fails too.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = tx.Exec(rctx, "ROLLBACK")
+			cancel()
 		}
 	}()
-	tx, err := p.wconn.Begin(ctx)
-	if err != nil {
-		return -1, fmt.Errorf("txn: %s: begin: %v", s.path, pgMessage(err))
-	}
-	defer tx.Rollback(ctx) // after Commit: a no-op
 	t := &pgTx{ctx: ctx, tx: tx}
 	var (
 		seq, last int64
 		link      []byte
+		leased    bool
 	)
+	p.grp++
+	grp := p.grp
 	// The head row lock: every write transaction takes it first. With it,
 	// the start of the last stored group: the next group must go after it,
 	// or a head set back would make the store write over entries (as
-	// checkAuditTail for bbolt).
-	err = tx.QueryRow(ctx, `SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
-		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`).Scan(&seq, &link, &last)
+	// checkAuditTail for bbolt). Then this node's row: whether its lease
+	// holds (by the database's clock), and the group's number, by which a
+	// commit whose answer is lost is found to have happened or not. One
+	// round trip for both.
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT seq, hash, coalesce((SELECT max(seq) FROM toolgate_audit), 0)
+		FROM toolgate_audit_head WHERE id = 1 FOR UPDATE`)
+	b.Queue(`UPDATE toolgate_nodes SET grp = $3 WHERE node = $1 AND instance = $2
+		RETURNING expires > clock_timestamp()`, p.lease.node, p.lease.run(), grp)
+	br := tx.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&seq, &link, &last)
+	}
+	if err == nil {
+		if lerr := br.QueryRow().Scan(&leased); lerr != nil && !errors.Is(lerr, pgx.ErrNoRows) {
+			err = lerr
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return -1, fmt.Errorf("%w: %s: the audit log's head is missing; it was tampered with (toolgate audit verify)", ErrCorrupt, s.path)
 	case err != nil:
-		return -1, fmt.Errorf("txn: %s: lock the audit log's head: %v", s.path, pgMessage(err))
+		return -1, lostBefore("lock the audit log's head", err)
 	case len(link) != 32:
 		return -1, fmt.Errorf("%w: audit head hash is %d bytes", ErrCorrupt, len(link))
 	case last > seq || seq < 0:
@@ -425,12 +513,19 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 	}
 	var pending []auditEvent
 	for i, r := range todo {
+		if r.claim && !leased {
+			r.err = p.lease.lostErr()
+			continue
+		}
 		r.err = guarded(r.check, t)
 		var (
 			abort *errPGAbort
 			p     *panicError
 		)
 		if errors.As(r.err, &abort) || errors.As(r.err, &p) {
+			if conn.Conn().IsClosed() {
+				return -1, lostBefore("write", r.err)
+			}
 			return i, r.err // the transaction may be mid-statement: redo without it
 		}
 		if r.err != nil {
@@ -438,34 +533,87 @@ func (p *pgStore) runGroup(todo []*pgReq) (failed int, err error) {
 		}
 		t.evs = nil
 		if err := guarded(r.apply, t); err != nil {
+			if conn.Conn().IsClosed() {
+				return -1, lostBefore("write", err)
+			}
 			return i, err
 		}
 		pending = append(pending, r.evs...)
 		pending = append(pending, t.evs...)
 	}
+	// The audit append and the commit: one round trip.
+	b = &pgx.Batch{}
 	if len(pending) > 0 {
 		if err := s.failpoint(StepAudit); err != nil {
 			return -1, err
 		}
 		group, last, lastLink := auditGroup(uint64(seq), [32]byte(link), pending)
-		if _, err := tx.Exec(ctx, `INSERT INTO toolgate_audit (seq, entries) VALUES ($1, $2)`, int64(seq+1), group); err != nil {
-			return -1, fmt.Errorf("txn: append audit events from %d: %v", seq+1, pgMessage(err))
-		}
-		if _, err := tx.Exec(ctx, `UPDATE toolgate_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(last), lastLink[:]); err != nil {
-			return -1, fmt.Errorf("txn: update the audit head: %v", pgMessage(err))
-		}
+		lo, hi := tsSpan(timestamps(group))
+		b.Queue(`INSERT INTO toolgate_audit (seq, entries, min_ts, max_ts) VALUES ($1, $2, $3, $4)`, int64(seq+1), group, lo, hi)
+		b.Queue(`UPDATE toolgate_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(last), lastLink[:])
 	}
 	if err := s.failpoint(StepCommit); err != nil {
 		return -1, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		if p.wconn.IsClosed() {
-			return -1, fmt.Errorf("txn: %s: %w: %v", s.path, errCommitUnknown, pgMessage(err))
+	b.Queue(`COMMIT`)
+	br = tx.SendBatch(ctx, b)
+	var berr error
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			berr = err
+			break
 		}
-		return -1, fmt.Errorf("txn: %s: commit: %v", s.path, pgMessage(err))
 	}
-	return -1, nil
+	if err := br.Close(); berr == nil {
+		berr = err
+	}
+	if berr == nil && tx.PgConn().TxStatus() != 'I' {
+		// COMMIT of a transaction in error answers ROLLBACK, not an error.
+		berr = errors.New("the transaction was rolled back")
+	}
+	switch {
+	case berr == nil:
+		committed = true
+		return -1, nil
+	case tx.IsClosed() || ctx.Err() != nil:
+		committed = true // nothing to roll back on this connection
+		return -1, p.resolve(grp, berr)
+	}
+	return -1, fmt.Errorf("txn: %s: append audit events from %d and commit: %v; nothing was written", s.path, seq+1, pgMessage(berr))
 }
+
+// pgResolveWindow is how long a group whose commit went unanswered waits
+// for Postgres to say whether it happened.
+const pgResolveWindow = 10 * time.Second
+
+// resolve learns whether the group grp, whose commit got no answer (the
+// connection lost, no answer in time), was committed: nil if it was (its
+// writes stand, their errors as set), else an error saying it was not, or
+// that its outcome could not be learned.
+func (p *pgStore) resolve(grp int64, cause error) error {
+	deadline := time.Now().Add(pgResolveWindow)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var got int64
+		// FOR SHARE: a commit still under way in the server is waited for.
+		err := p.pool.QueryRow(ctx, `SELECT grp FROM toolgate_nodes WHERE node = $1 AND instance = $2 FOR SHARE`,
+			p.lease.node, p.lease.run()).Scan(&got)
+		cancel()
+		switch {
+		case err == nil && got == grp:
+			return nil
+		case err == nil || errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: %s: the connection was lost during the commit (%v), which did not happen: nothing was written", ErrUnavailable, p.s.path, pgMessage(cause))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s: the connection was lost during the commit (%v), and Postgres did not answer within %v to say whether it happened: %w",
+				ErrUnavailable, p.s.path, pgMessage(cause), pgResolveWindow, errCommitUnknown)
+		}
+		time.Sleep(wait)
+	}
+}
+
+var errCommitUnknown = errors.New("the outcome of the commit is unknown")
 
 // guarded runs a request's check or apply, turning a panic (the caller's
 // callback: an UpdateState function, a guard, Recover's finish) into an
@@ -479,37 +627,9 @@ func guarded(fn func(*pgTx) error, t *pgTx) (err error) {
 	return fn(t)
 }
 
-// auditGroup encodes events as the JSON array of their entries, linked
-// after seq and link, exactly as Store.appendAudit does for bbolt.
+// auditGroup encodes events as the group bbolt stores (appendAuditGroup).
 func auditGroup(seq uint64, link [32]byte, events []auditEvent) ([]byte, uint64, [32]byte) {
-	size := 2
-	for _, ev := range events {
-		size += len(ev.data) + len(`{"seq":,"prevHash":"","hash":"","event":},`) + 20 + 2*64
-	}
-	value := make([]byte, 0, size)
-	value = append(value, '[')
-	for i, ev := range events {
-		if i > 0 {
-			value = append(value, ',')
-		}
-		value = append(value, `{"seq":`...)
-		seq++
-		value = strconv.AppendUint(value, seq, 10)
-		value = append(value, `,"prevHash":"`...)
-		if seq > 1 {
-			value = hex.AppendEncode(value, link[:])
-		}
-		var buf [64]byte
-		copy(buf[:32], link[:])
-		copy(buf[32:], ev.sum[:])
-		link = sha256.Sum256(buf[:])
-		value = append(value, `","hash":"`...)
-		value = hex.AppendEncode(value, link[:])
-		value = append(value, `","event":`...)
-		value = append(value, ev.data...)
-		value = append(value, '}')
-	}
-	return append(value, ']'), seq, link
+	return appendAuditGroup(make([]byte, 0, auditGroupSize(events)), seq, link, events)
 }
 
 // dbErr marks an error from a statement: it aborts the transaction.
@@ -517,37 +637,37 @@ func dbErr(what string, err error) error {
 	return &errPGAbort{fmt.Errorf("txn: %s: %v", what, pgMessage(err))}
 }
 
-// recordState returns whether id has a record and whether it is a claim.
-func (t *pgTx) recordState(id string) (exists, executing bool, err error) {
-	err = t.tx.QueryRow(t.ctx, `SELECT executing FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&executing)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, dbErr("read execution "+strconv.Quote(id), err)
-	}
-	return true, executing, nil
-}
-
-func (t *pgTx) recordAbsent(id string) error {
-	exists, _, err := t.recordState(id)
-	if err == nil && exists {
-		err = fmt.Errorf("%w: execution %q", ErrExists, id)
-	}
-	return err
-}
-
-func (t *pgTx) claimPresent(id string) error {
-	_, executing, err := t.recordState(id)
-	if err == nil && !executing {
-		err = fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)
-	}
-	return err
-}
-
 func (t *pgTx) exec(what, sql string, args ...any) error {
 	if _, err := t.tx.Exec(t.ctx, sql, args...); err != nil {
 		return dbErr(what, err)
+	}
+	return nil
+}
+
+// insert stores a record (a claim if executing) under a free id: the
+// primary key is the check (ErrExists), saving a round trip; a taken id
+// aborts the request, and its group is redone without it.
+func (t *pgTx) insert(id string, executing bool, data []byte, node any) error {
+	tag, err := t.tx.Exec(t.ctx, `INSERT INTO toolgate_executions (id, executing, data, node) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO NOTHING`, []byte(id), executing, data, node)
+	if err != nil {
+		return dbErr("store execution "+strconv.Quote(id), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &errPGAbort{fmt.Errorf("%w: execution %q", ErrExists, id)}
+	}
+	return nil
+}
+
+// finishClaim replaces a claim by its final record; no claim (ErrNotFound)
+// aborts the request, and its group is redone without it.
+func (t *pgTx) finishClaim(id string, data []byte) error {
+	tag, err := t.tx.Exec(t.ctx, `UPDATE toolgate_executions SET executing = false, data = $2 WHERE id = $1 AND executing`, []byte(id), data)
+	if err != nil {
+		return dbErr("store execution "+strconv.Quote(id), err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &errPGAbort{fmt.Errorf("%w: execution %q is not executing", ErrNotFound, id)}
 	}
 	return nil
 }
@@ -690,9 +810,8 @@ func (t *pgTx) checkReads(x *Tx) error {
 func (p *pgStore) ready(ctx context.Context) error { return p.s.ready(ctx) }
 
 func (p *pgStore) put(ctx context.Context, id string, data []byte, evs []auditEvent) error {
-	return p.write(ctx, func(t *pgTx) error { return t.recordAbsent(id) }, func(t *pgTx) error {
-		return t.exec("store execution "+strconv.Quote(id),
-			`INSERT INTO toolgate_executions (id, executing, data) VALUES ($1, false, $2)`, []byte(id), data)
+	return p.write(ctx, func(t *pgTx) error { return nil }, func(t *pgTx) error {
+		return t.insert(id, false, data, nil)
 	}, evs)
 }
 
@@ -792,39 +911,42 @@ func (p *pgStore) stateScan(ctx context.Context, namespace, prefix string) ([]En
 }
 
 func (p *pgStore) begin(ctx context.Context, id string, data []byte, guard func(*StateView) error, evs []auditEvent) error {
+	if err := p.lease.check(); err != nil {
+		return err
+	}
+	// Live before it is stored: the sweep of this node's orphaned claims
+	// (pglease.go) never takes a claim whose Tx is in use.
+	p.lease.hold(id)
 	var v *StateView
-	return p.write(ctx, func(t *pgTx) error {
-		if err := t.recordAbsent(id); err != nil {
-			return err
-		}
+	err := p.writeReq(ctx, &pgReq{claim: true, check: func(t *pgTx) error {
 		if guard == nil {
 			v = nil
 			return nil
 		}
 		v = &StateView{alt: t, writes: make(map[string]map[string]op)}
 		return v.result(guard(v))
-	}, func(t *pgTx) error {
+	}, apply: func(t *pgTx) error {
 		if err := p.s.failpoint(StepClaim); err != nil {
 			return err
 		}
-		if err := t.exec("claim execution "+strconv.Quote(id),
-			`INSERT INTO toolgate_executions (id, executing, data) VALUES ($1, true, $2)`, []byte(id), data); err != nil {
+		if err := t.insert(id, true, data, p.lease.node); err != nil {
 			return err
 		}
 		if v != nil {
 			return t.applyWrites(v.writes, p.s.failpoint)
 		}
 		return nil
-	}, evs)
+	}, evs: evs})
+	if err != nil {
+		p.lease.drop(id)
+	}
+	return err
 }
 
 func (p *pgStore) commit(ctx context.Context, x *Tx, data []byte, evs []auditEvent) error {
 	s := p.s
-	return p.write(ctx, func(t *pgTx) error {
+	err := p.write(ctx, func(t *pgTx) error {
 		if err := s.failpoint(StepCheckReads); err != nil {
-			return err
-		}
-		if err := t.claimPresent(x.id); err != nil {
 			return err
 		}
 		return t.checkReads(x)
@@ -835,13 +957,27 @@ func (p *pgStore) commit(ctx context.Context, x *Tx, data []byte, evs []auditEve
 		if err := s.failpoint(StepRecord); err != nil {
 			return err
 		}
-		return t.finish(x.id, data)
+		if err := t.finishClaim(x.id, data); err != nil {
+			return p.lease.claimGone(err)
+		}
+		return nil
 	}, evs)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		p.lease.drop(x.id)
+	}
+	return err
 }
 
 func (p *pgStore) rollback(ctx context.Context, id string, data []byte, evs []auditEvent) error {
-	return p.write(ctx, func(t *pgTx) error { return t.claimPresent(id) },
-		func(t *pgTx) error { return t.finish(id, data) }, evs)
+	// The last a Tx does with its claim: if this fails, the claim is an
+	// orphan, which the sweep finishes once Postgres answers.
+	defer p.lease.drop(id)
+	return p.write(ctx, func(t *pgTx) error { return nil }, func(t *pgTx) error {
+		if err := t.finishClaim(id, data); err != nil {
+			return p.lease.claimGone(err)
+		}
+		return nil
+	}, evs)
 }
 
 func (p *pgStore) updateState(ctx context.Context, fn func(*StateView) error, evs []auditEvent) error {
@@ -854,11 +990,37 @@ func (p *pgStore) updateState(ctx context.Context, fn func(*StateView) error, ev
 	}, evs)
 }
 
+// recover finishes this node's claims (its previous run's: nothing of this
+// run is live yet when the runtime calls it), and those of nodes whose
+// lease has expired or that are gone; finish is kept for the background
+// sweep that does the same for nodes that die later.
 func (p *pgStore) recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
+	p.lease.setFinish(finish)
+	return p.sweep(ctx, finish, false)
+}
+
+// sweep finishes, with finish, in one transaction: the claims of nodes
+// whose lease expired (their rows deleted in the same transaction, so that
+// a late renewal finds its claims gone rather than reviving them), of
+// nodes that are gone, and this node's own (all of them, or with
+// orphansOnly those no Tx of this run holds).
+func (p *pgStore) sweep(ctx context.Context, finish func(*Record) ([]AuditEvent, error), orphansOnly bool) ([]*Record, error) {
 	var done []*Record
 	err := p.write(ctx, func(*pgTx) error { return nil }, func(t *pgTx) error {
 		done = done[:0]
-		rows, err := t.tx.Query(t.ctx, `SELECT id, data FROM toolgate_executions WHERE executing ORDER BY id`)
+		if err := t.exec("end expired leases", `DELETE FROM toolgate_nodes
+			WHERE expires < clock_timestamp() AND NOT (node = $1 AND instance = $2)`, p.lease.node, p.lease.run()); err != nil {
+			return err
+		}
+		live := [][]byte{}
+		if orphansOnly {
+			live = p.lease.live()
+		}
+		rows, err := t.tx.Query(t.ctx, `SELECT id, data FROM toolgate_executions e WHERE executing
+			AND (node IS NULL
+				OR (node = $1 AND NOT (id = ANY($2::bytea[])))
+				OR NOT EXISTS (SELECT 1 FROM toolgate_nodes n WHERE n.node = e.node))
+			ORDER BY id`, p.lease.node, live)
 		if err != nil {
 			return dbErr("read claims", err)
 		}
@@ -881,6 +1043,9 @@ func (p *pgStore) recover(ctx context.Context, finish func(*Record) ([]AuditEven
 			rec, err := decodeRecord(id, c.data)
 			if err != nil {
 				return err
+			}
+			if rec.State != "EXECUTING" {
+				return fmt.Errorf("%w: the claim of execution %q is in state %s, not EXECUTING: it was changed outside toolgate", ErrCorrupt, id, rec.State)
 			}
 			events, err := finish(rec)
 			if err != nil {
@@ -985,3 +1150,73 @@ func (p *pgStore) auditGroups(ctx context.Context, from uint64, needle []byte, f
 	}
 	return nil
 }
+
+// search calls fn with every entry of the groups holding needle whose
+// events' timestamps meet [from, to] (by the time index), in seq order,
+// until fn returns true; q is the pool, or a read transaction.
+func (p *pgStore) search(ctx context.Context, q pgQuerier, needle string, from, to int64, fn func(AuditEntry) bool) error {
+	rows, err := q.Query(ctx, `SELECT seq, entries FROM toolgate_audit
+		WHERE int8range(min_ts, max_ts, '[]') && int8range($1, $2, '[]')
+		AND position($3::bytea IN entries) > 0
+		ORDER BY seq`, clampTS(from), clampTS(max(to, from)), []byte(needle))
+	if err != nil {
+		return p.readErr(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var v []byte
+		if err := rows.Scan(&seq, &v); err != nil {
+			return p.readErr(ctx, err)
+		}
+		var group []AuditEntry
+		if err := json.Unmarshal(v, &group); err != nil {
+			return fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, seq, err)
+		}
+		for _, e := range group {
+			if fn(e) {
+				return nil
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return p.readErr(ctx, err)
+	}
+	return nil
+}
+
+// getWithAudit is GetWithAudit in one read-only REPEATABLE READ
+// transaction: the record and its events of one snapshot.
+func (p *pgStore) getWithAudit(ctx context.Context, id string, window func(*Record) (string, int64, int64), fn func(AuditEntry) bool) (*Record, error) {
+	if err := p.ready(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT data FROM toolgate_executions WHERE id = $1`, []byte(id)).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: execution %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, p.readErr(ctx, err)
+	}
+	rec, err := decodeRecord(id, data)
+	if err != nil {
+		return nil, err
+	}
+	needle, from, to := window(rec)
+	if needle == "" {
+		return nil, fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
+	}
+	return rec, p.search(ctx, tx, needle, from, to, fn)
+}
+
+// clampTS keeps a timestamp (Unix ms) within ±2^62, so that an inclusive
+// int8range over it never overflows; real timestamps are far inside.
+func clampTS(ts int64) int64 { return min(max(ts, -1<<62), 1<<62) }
+
+func tsSpan(lo, hi int64) (int64, int64) { return clampTS(lo), clampTS(hi) }

@@ -6,14 +6,14 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/txn"
 )
 
-// Tests about the Postgres backend alone: its schema and its writer lock.
+// Tests about the Postgres backend alone: its schema and its connections
+// (many nodes: pgnodes_test.go).
 
 func pgExec(t *testing.T, dbURL, sql string) {
 	t.Helper()
@@ -67,41 +67,6 @@ func TestPostgresReadOnlyNeedsSchema(t *testing.T) {
 	pgExec(t, dbURL, `SELECT 1`) // the database is still there, untouched
 }
 
-func TestPostgresOneWriterReadersAlongside(t *testing.T) {
-	dbURL := freshPostgres(t)
-	ctx := context.Background()
-	w := openAt(t, dbURL)
-	if err := w.Put(ctx, newRecord("r1", "tool", "DENIED"), ev("deny")); err != nil {
-		t.Fatal(err)
-	}
-	// A second writer waits for the lock, then gives up with ErrLocked.
-	_, err := txn.Open(dbURL, &txn.Options{Timeout: 100 * time.Millisecond})
-	if !errors.Is(err, txn.ErrLocked) {
-		t.Fatalf("second writer Open = %v, want ErrLocked", err)
-	}
-	// Readers work while the writer runs, and cannot write.
-	r, err := txn.Open(dbURL, &txn.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if rec, err := r.Get(ctx, "r1"); err != nil || rec.State != "DENIED" {
-		t.Fatalf("reader Get = %v, %v", rec, err)
-	}
-	verifyChain(t, r, 1)
-	if err := r.PutState(ctx, "ns", "k", nil); !errors.Is(err, txn.ErrReadOnly) {
-		t.Fatalf("reader PutState = %v, want ErrReadOnly", err)
-	}
-	// Once the writer closes, another may open.
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	w2 := openAt(t, dbURL)
-	if err := w2.PutState(ctx, "ns", "k", nil); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestPostgresPasswordNotShown(t *testing.T) {
 	base := freshPostgres(t)
 	u, _ := url.Parse(base)
@@ -132,6 +97,8 @@ func TestPostgresPasswordNotShown(t *testing.T) {
 	}
 }
 
+// Postgres ends every session of the store (an operator, a failover): the
+// next write is tried again on a fresh connection and goes through.
 func TestPostgresWriterConnectionLost(t *testing.T) {
 	dbURL := freshPostgres(t)
 	ctx := context.Background()
@@ -139,29 +106,16 @@ func TestPostgresWriterConnectionLost(t *testing.T) {
 	if err := s.PutState(ctx, "ns", "k", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	// Postgres ends every session of the store (a restart, an operator).
 	pgExec(t, dbURL, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-	err := s.PutState(ctx, "ns", "k", []byte("2"))
-	if !errors.Is(err, txn.ErrPoisoned) || !strings.Contains(err.Error(), "connection to Postgres was lost") {
-		t.Fatalf("a write after the connection was lost = %v, want ErrPoisoned saying so", err)
+	if err := s.PutState(ctx, "ns", "k", []byte("2")); err != nil {
+		t.Fatalf("a write after the connections were lost = %v", err)
 	}
-	if err := s.PutState(ctx, "ns", "k", []byte("3")); !errors.Is(err, txn.ErrPoisoned) {
-		t.Fatalf("a later write = %v, want ErrPoisoned", err)
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err = %v", err)
 	}
-	if !errors.Is(s.Err(), txn.ErrPoisoned) {
-		t.Fatalf("Err = %v", s.Err())
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// Reopening recovers, with nothing half-written.
-	s = openAt(t, dbURL)
-	if v, _, err := s.StateValue(ctx, "ns", "k"); err != nil || string(v) != "1" {
-		t.Fatalf("after reopening: %q, %v", v, err)
-	}
-	if err := s.PutState(ctx, "ns", "k", []byte("4")); err != nil {
-		t.Fatal(err)
+	if v, _, err := s.StateValue(ctx, "ns", "k"); err != nil || string(v) != "2" {
+		t.Fatalf("after the write: %q, %v", v, err)
 	}
 }
 

@@ -51,6 +51,17 @@ type Options struct {
 	// lock, so it can coexist with other read-only Stores but not with a
 	// writer; write methods return ErrReadOnly.
 	ReadOnly bool
+
+	// Node names this writer among the nodes sharing a Postgres database
+	// (empty: $TOOLGATE_NODE, else a name of its own for each run). A node
+	// restarted under the same name finishes its interrupted executions at
+	// once; others are finished once their lease expires. Unused by bbolt.
+	Node string
+
+	// Lease is how long a node's lease on a shared Postgres database lasts
+	// without renewal (zero: $TOOLGATE_LEASE, else DefaultLease); it is
+	// renewed every Lease/3. Unused by bbolt.
+	Lease time.Duration
 }
 
 // DefaultOptions returns the options Open uses when given nil.
@@ -62,6 +73,9 @@ func DefaultOptions() *Options {
 func (o *Options) Validate() error {
 	if o != nil && o.Timeout < 0 {
 		return fmt.Errorf("txn: negative lock timeout %v", o.Timeout)
+	}
+	if o != nil && o.Lease < 0 {
+		return fmt.Errorf("txn: negative lease %v", o.Lease)
 	}
 	return nil
 }

@@ -72,6 +72,12 @@ type Options struct {
 	// be. The profiler is the process's: Run fails if one is running.
 	ProfileDir string
 
+	// DB, if a postgres:// URL, measures against that Postgres server
+	// instead of bbolt files: each phase in a scratch schema of its own,
+	// dropped at the end (see pg.go); the floor is then bare pgx
+	// transactions. "" measures bbolt.
+	DB string
+
 	// Progress, if not nil, receives a one-line description of what is
 	// being measured, a few times a second. It is called from the goroutine
 	// that called Run, never concurrently.
@@ -84,6 +90,11 @@ type Report struct {
 	Sync      bool    `json:"sync"`
 	DurationS float64 `json:"duration_s"` // per measured phase
 	Dir       string  `json:"dir"`        // where the temporary files were
+
+	// Backend is "bbolt" or "postgres"; ServerVersion is Postgres's
+	// server_version.
+	Backend       string `json:"backend"`
+	ServerVersion string `json:"server_version,omitempty"`
 
 	FsyncP50us float64 `json:"fsync_p50_us"`
 	FsyncP99us float64 `json:"fsync_p99_us"`
@@ -167,15 +178,28 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer os.RemoveAll(dir)
 	b := &bencher{opts: opts, dir: dir, ctx: ctx}
-	rep := &Report{Callers: opts.Callers, Sync: opts.Sync, DurationS: opts.Duration.Seconds(), Dir: dir}
-
-	b.progress("bench: measuring fsync latency")
-	fsyncs, err := measureFsync(ctx, filepath.Join(dir, "fsync.tmp"))
-	if err != nil {
-		return nil, b.fail(err)
+	rep := &Report{Callers: opts.Callers, Sync: opts.Sync, DurationS: opts.Duration.Seconds(), Dir: dir, Backend: "bbolt"}
+	floor := b.floor
+	if opts.DB != "" {
+		if !txn.IsPostgresURL(opts.DB) {
+			return nil, fmt.Errorf("bench: --db %s: the bench measures bbolt in temporary files, or a postgres:// URL", opts.DB)
+		}
+		pg, err := newPGBench(ctx, opts.DB)
+		if err != nil {
+			return nil, b.fail(err)
+		}
+		defer pg.cleanup()
+		b.pg, floor = pg, b.pgFloor
+		rep.Backend, rep.ServerVersion = "postgres", pg.version
+	} else {
+		b.progress("bench: measuring fsync latency")
+		fsyncs, err := measureFsync(ctx, filepath.Join(dir, "fsync.tmp"))
+		if err != nil {
+			return nil, b.fail(err)
+		}
+		rep.FsyncCount = len(fsyncs)
+		rep.FsyncP50us, rep.FsyncP99us = micros(percentile(fsyncs, 50)), micros(percentile(fsyncs, 99))
 	}
-	rep.FsyncCount = len(fsyncs)
-	rep.FsyncP50us, rep.FsyncP99us = micros(percentile(fsyncs, 50)), micros(percentile(fsyncs, 99))
 
 	b.progress("bench: measuring the runtime's record size")
 	claim, final, lay, err := b.records()
@@ -195,8 +219,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		into      *Phase
 		run       func(name string, callers int) (Phase, error)
 	}{
-		{"floor", "w1", 1, &rep.Floor.W1, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
-		{"floor", "wN", opts.Callers, &rep.Floor.WN, func(n string, c int) (Phase, error) { return b.floor(n, c, lay, claim, final) }},
+		{"floor", "w1", 1, &rep.Floor.W1, func(n string, c int) (Phase, error) { return floor(n, c, lay, claim, final) }},
+		{"floor", "wN", opts.Callers, &rep.Floor.WN, func(n string, c int) (Phase, error) { return floor(n, c, lay, claim, final) }},
 		{"runtime", "w1", 1, &rep.Runtime.W1, b.runtime},
 		{"runtime", "wN", opts.Callers, &rep.Runtime.WN, b.runtime},
 	}
@@ -224,11 +248,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 type bencher struct {
-	opts    Options
-	dir     string
-	ctx     context.Context
-	phase   string // the progress prefix of the phase running
-	profile string // where the phase running writes its CPU profile; "" for none
+	opts     Options
+	dir      string
+	ctx      context.Context
+	pg       *pgBench // nil: bbolt
+	probeURL string   // the probe's database, on Postgres
+	phase    string   // the progress prefix of the phase running
+	profile  string   // where the phase running writes its CPU profile; "" for none
 }
 
 func (b *bencher) progress(msg string) {
@@ -329,7 +355,13 @@ func (b *bencher) openRuntime(name string, callers int) (*tgruntime.Runtime, err
 	if err != nil {
 		return nil, err
 	}
-	rt, err := tgruntime.Open(filepath.Join(b.dir, name+".db"), &tgruntime.Options{
+	path := filepath.Join(b.dir, name+".db")
+	if b.pg != nil {
+		if path, err = b.pg.schema(b.ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	rt, err := tgruntime.Open(path, &tgruntime.Options{
 		Registry:      reg,
 		MaxConcurrent: callers,
 		SlotWait:      time.Minute, // a caller never fails for want of a slot
@@ -374,6 +406,9 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	if err != nil {
 		return nil, nil, lay, err
 	}
+	if b.pg != nil {
+		b.probeURL = b.pg.lastURL
+	}
 	defer rt.Close(context.Background())
 	res, err := rt.Execute(b.ctx, invocation())
 	if err != nil {
@@ -398,6 +433,11 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 
 	id := res.ExecutionID
 	lay.ordered = len(id) == 36 && id[14] == '7'
+	if b.pg != nil {
+		final, l, err := b.pgRecords(b.probeURL, id)
+		l.ordered = lay.ordered
+		return claim, final, l, err
+	}
 	db, err := bolt.Open(filepath.Join(b.dir, "probe.db"), 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
 	if err != nil {
 		return nil, nil, lay, fmt.Errorf("bench: reading the probe database: %w", err)

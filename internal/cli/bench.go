@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/internal/bench"
+	"github.com/toolgate/toolgate/txn"
 )
 
 func newBenchCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -23,9 +24,13 @@ func newBenchCmd(g *globals, stdio Stdio) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the runtime's overhead over bare bbolt on this disk",
+		Short: "Measure the runtime's overhead over bare bbolt on this disk, or bare Postgres",
 		Long: `Measure what an invocation costs on this machine, against fresh temporary
-databases (in $TMPDIR, removed afterwards; --db is not used):
+databases (in $TMPDIR, removed afterwards), or, with --db postgres://..., on
+that Postgres server (each phase in a scratch schema, dropped afterwards:
+the user needs CREATE on the database; toolgate's own tables are not
+touched; the floor is then bare pgx transactions writing the same rows,
+and there is no fsync phase):
 
   fsync    the disk's fsync latency (4 KiB overwritten and fsynced)
   floor    bare bbolt doing the writes of one invocation: the EXECUTING
@@ -47,6 +52,12 @@ see where the time goes with 'go tool pprof'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := bench.Options{Callers: callers, Duration: duration, Sync: sync, ProfileDir: profile}
+			if g.db != "" {
+				if !txn.IsPostgresURL(g.db) {
+					return usageErr("--db: bench measures bbolt in temporary files of its own; --db takes only a postgres:// URL")
+				}
+				opts.DB = g.db
+			}
 			if callers < 1 {
 				return usageErr("--callers must be at least 1")
 			}
@@ -82,8 +93,12 @@ see where the time goes with 'go tool pprof'.`,
 }
 
 func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
-	fmt.Fprintf(w, "fsync p50 %s p99 %s (sync=%v, callers=%d, %v per phase)\n",
-		fmtMicros(r.FsyncP50us), fmtMicros(r.FsyncP99us), r.Sync, r.Callers, perPhase)
+	if r.Backend == "postgres" {
+		fmt.Fprintf(w, "postgres %s (sync=%v, callers=%d, %v per phase)\n", r.ServerVersion, r.Sync, r.Callers, perPhase)
+	} else {
+		fmt.Fprintf(w, "fsync p50 %s p99 %s (sync=%v, callers=%d, %v per phase)\n",
+			fmtMicros(r.FsyncP50us), fmtMicros(r.FsyncP99us), r.Sync, r.Callers, perPhase)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PHASE\tCALLERS\tOPS/S\tP50\tP99\tVS FLOOR w1")
 	for _, row := range []struct {
@@ -99,8 +114,12 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = 2 bbolt updates per op, runtime = 1 Execute per op\n",
-		r.ClaimBytes, r.FinalBytes); err != nil {
+	floor := "2 bbolt updates"
+	if r.Backend == "postgres" {
+		floor = "2 pgx transactions"
+	}
+	if _, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = %s per op, runtime = 1 Execute per op\n",
+		r.ClaimBytes, r.FinalBytes, floor); err != nil {
 		return err
 	}
 	for _, p := range r.Profiles {

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestBench_JSON(t *testing.T) {
@@ -108,6 +111,7 @@ func TestBench_Usage(t *testing.T) {
 		{"bench", "--frobnicate"},
 		{"bench", "extra"},
 		{"bench", "--duration", "10ms", "--cpuprofile", "/dev/null/profiles"},
+		{"bench", "--duration", "10ms", "--db", "some/file.db"}, // bench makes its own files
 	} {
 		r := toolgate(t, "", args...)
 		if r.code != ExitUsage {
@@ -124,5 +128,53 @@ func TestFmtMicros(t *testing.T) {
 		if got := fmtMicros(us); got != want {
 			t.Errorf("fmtMicros(%v) = %q, want %q", us, got, want)
 		}
+	}
+}
+
+// toolgate bench --db postgres://... measures the same phases on Postgres,
+// in scratch schemas it drops afterwards. Needs TOOLGATE_TEST_POSTGRES
+// (bash scripts/pg-test.sh run go test -run TestBench_Postgres ./internal/cli).
+func TestBench_Postgres(t *testing.T) {
+	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
+	if base == "" {
+		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestBench_Postgres ./internal/cli")
+	}
+	workdir(t)
+	r := toolgate(t, "", "bench", "--db", base, "--duration", "100ms", "--callers", "4", "--json")
+	if r.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	type phase struct {
+		OpsPerS float64 `json:"ops_per_s"`
+	}
+	var rep struct {
+		Backend       string `json:"backend"`
+		ServerVersion string `json:"server_version"`
+		Floor         struct {
+			W1 phase `json:"w1"`
+		} `json:"floor"`
+		Runtime struct {
+			W1 phase `json:"w1"`
+		} `json:"runtime"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Backend != "postgres" || rep.ServerVersion == "" || rep.Floor.W1.OpsPerS <= 0 || rep.Runtime.W1.OpsPerS <= 0 {
+		t.Fatalf("report:\n%s", r.stdout)
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var left int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'toolgate_bench_%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d scratch schemas left, %v", left, err)
+	}
+	tab := toolgate(t, "", "bench", "--db", base, "--duration", "50ms", "--callers", "2")
+	if tab.code != ExitCompleted || !strings.HasPrefix(tab.stdout, "postgres ") || !strings.Contains(tab.stdout, "2 pgx transactions per op") {
+		t.Fatalf("table: %d\n%s%s", tab.code, tab.stdout, tab.stderr)
 	}
 }

@@ -127,9 +127,10 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		c.Status, c.Detail = checkFailed, err.Error()
 		return c
 	}
-	backend := "bbolt file"
-	if txn.IsPostgresURL(path) {
-		backend = "Postgres"
+	backend, err := store.Backend(ctx) // which backend, and its version
+	if err != nil {
+		c.Status, c.Detail = checkFailed, err.Error()
+		return c
 	}
 	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%s; %d executions recorded)", shown, backend, len(recs))
 	parked, err := store.StateValues(ctx, tgruntime.FailedWritesNamespace)

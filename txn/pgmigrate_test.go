@@ -1,0 +1,72 @@
+package txn_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+// A database of schema version 1 (one writer, no leases) is upgraded at the
+// first open for writing, in one transaction: its records and audit log are
+// kept, and it works with leases after. While a version-1 writer runs (its
+// advisory lock held), the upgrade is refused.
+func TestPostgresMigrateFromVersion1(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, stmt := range append([]string{`CREATE TABLE toolgate_meta (key text PRIMARY KEY, value bigint NOT NULL)`,
+		`INSERT INTO toolgate_meta VALUES ('schema', 1)`}, txn.PGSchemaSteps[0]...) {
+		if _, err := c.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	// A claim left by the version-1 writer (no node).
+	rec := newRecord("old", "tool", "EXECUTING")
+	data, err := txn.EncodeRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `INSERT INTO toolgate_executions (id, executing, data) VALUES ('old', true, $1)`, data); err != nil {
+		t.Fatal(err)
+	}
+	// An old writer runs: refused, nothing changed.
+	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, txn.PGWriterLock); err != nil {
+		t.Fatal(err)
+	}
+	_, err = txn.Open(dbURL, nil)
+	if !errors.Is(err, txn.ErrLocked) || !strings.Contains(err.Error(), "older toolgate") {
+		t.Fatalf("Open while a version-1 writer runs = %v, want ErrLocked", err)
+	}
+	var v int
+	if err := c.QueryRow(ctx, `SELECT value FROM toolgate_meta WHERE key = 'schema'`).Scan(&v); err != nil || v != 1 {
+		t.Fatalf("schema after the refused upgrade = %d, %v", v, err)
+	}
+	if _, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, txn.PGWriterLock); err != nil {
+		t.Fatal(err)
+	}
+	s := openNode(t, dbURL, "a", 0)
+	done, err := s.Recover(ctx, interrupted)
+	if err != nil || len(done) != 1 || done[0].ExecutionID != "old" {
+		t.Fatalf("Recover of the version-1 claim = %v, %v", done, err)
+	}
+	if err := s.Put(ctx, newRecord("new", "tool", "DENIED"), ev("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, `SELECT value FROM toolgate_meta WHERE key = 'schema'`).Scan(&v); err != nil || v != 3 {
+		t.Fatalf("schema after the upgrade = %d, %v", v, err)
+	}
+	verifyChain(t, s, 2)
+	var found int
+	if err := s.AuditSearch(ctx, "new", 0, 1<<62, func(txn.AuditEntry) bool { found++; return false }); err != nil || found != 1 {
+		t.Fatalf("AuditSearch found %d, %v", found, err)
+	}
+}
