@@ -50,9 +50,16 @@ func newTab(t *testing.T) context.Context {
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
 	}
+	// Chromium leaves org.chromium.Chromium.* directories in its TMPDIR:
+	// give it one of its own, removed once the browser has stopped.
+	tmp, err := os.MkdirTemp("", "toolgate-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append(opts, chromedp.Env("TMPDIR="+tmp))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() { cancel(); cancelAlloc(); os.RemoveAll(tmp) })
 	if err := chromedp.Do(ctx); err != nil { // start the browser, without a timeout (it would stop it)
 		t.Fatalf("starting Chromium: %v", err)
 	}
