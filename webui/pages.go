@@ -109,7 +109,7 @@ func (u *UI) preview(in *tgruntime.Intent) string { return previewOf(u.rt.Regist
 func previewOf(reg *tools.Registry, in *tgruntime.Intent) string {
 	var s string
 	if p := processOf(reg, in); p != nil {
-		s = quoteArgs(append([]string{p.Command}, p.Args...))
+		s = explain.QuoteArgs(append([]string{p.Command}, p.Args...))
 	} else {
 		s = display(in.Input, "")
 	}
@@ -559,21 +559,4 @@ func duration(d time.Duration) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(time.Millisecond).String()
-}
-
-// quoteArgs shows argv so that each argument is unambiguous: quoted when
-// it is empty or holds anything but plain characters.
-func quoteArgs(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '@' ||
-				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
-		}) < 0 {
-			out[i] = a
-			continue
-		}
-		out[i] = fmt.Sprintf("%q", a)
-	}
-	return strings.Join(out, " ")
 }

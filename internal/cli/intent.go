@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/internal/explain"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -192,7 +193,7 @@ func printIntent(w io.Writer, v intentView) {
 			path = p.Command + " (does not resolve now)"
 		}
 		fmt.Fprintf(tw, "Executable:\t%s\n", path)
-		fmt.Fprintf(tw, "Argv:\t%s\n", quoteArgs(append([]string{p.Command}, p.Args...)))
+		fmt.Fprintf(tw, "Argv:\t%s\n", explain.QuoteArgs(append([]string{p.Command}, p.Args...)))
 		if p.Dir != "" {
 			fmt.Fprintf(tw, "Directory:\t%s\n", p.Dir)
 		}
@@ -250,7 +251,7 @@ func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 	args := []string{"toolgate", "run", "--intent", it.ID, "--hash", it.Hash}
 	e, err := reg.Lookup(it.Tool, it.Version)
 	if err != nil {
-		return quoteArgs(args)
+		return explain.QuoteArgs(args)
 	}
 	var preview *tools.ProcessPreview
 	if p, ok := e.Tool().(tools.Previewer); ok {
@@ -281,24 +282,7 @@ func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 		}
 		args = append(args, "--allow", v)
 	}
-	return quoteArgs(args)
-}
-
-// quoteArgs shows argv so that each argument is unambiguous: quoted when
-// it is empty or holds anything but plain characters.
-func quoteArgs(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '@' ||
-				(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
-		}) < 0 {
-			out[i] = a
-			continue
-		}
-		out[i] = fmt.Sprintf("%q", a)
-	}
-	return strings.Join(out, " ")
+	return explain.QuoteArgs(args)
 }
 
 func newIntentShowCmd(g *globals, stdio Stdio) *cobra.Command {
