@@ -95,6 +95,13 @@ func TestStdio_BadInput(t *testing.T) {
 			t.Errorf("%s: the answer shows internals: %s", tc.name, s)
 		}
 	}
+	// A line longer than the limit (16 MiB by default): answered with its
+	// id, which comes before the cut, and the session goes on. The SDK's
+	// own reader ended the session on it.
+	send(`{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"test.big","arguments":{"data":"` + strings.Repeat("x", 16<<20) + `"}}}`)
+	if m := next(); errCode(m) != -32600 || m["id"] != "long" {
+		t.Errorf("an overlong line: answer %.200v, want error -32600 for id long", m)
+	}
 	// Arguments of the wrong type: the tool's schema refuses them (FAILED).
 	send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test.noop","arguments":"str"}}`)
 	m := next()

@@ -1,30 +1,41 @@
 package mcp_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
-	"io"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
-	"syscall"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
 
 // BenchmarkNoopOverMCP measures a no-op tool called over MCP stdio (the
-// SDK's client, the server a child process) against the same call through
-// in-process Execute, sync off, in the same run: mcp-µs/call,
-// execute-µs/call and their difference, added-µs/call. pipe-µs/call is the
-// same MCP call to a server in this process over a pair of pipes: the
-// protocol's own cost without the second process's scheduling, and
-// sdk-pipe-µs/call the SDK's alone (a bare SDK server whose tool answers {}
-// at once), the floor of any MCP server in Go. The
-// -cpu-µs/call figures are the process's CPU time per call, which a loaded
-// machine inflates less than the wall-clock ones.
+// SDK's client in this process, the server a child process) against the
+// same call through in-process Execute, sync off, in the same run:
+//
+//   - execute-µs/call: in-process Execute;
+//   - mcp-µs/call: the call over MCP stdio to toolgate's server;
+//   - added-µs/call: their difference, what a call costs more over MCP;
+//   - sdk-µs/call: the same call to a bare SDK server over stdio (a raw
+//     tool answering {} at once, no runtime): the floor of any MCP server
+//     in Go with the SDK's client, toolgate or not;
+//   - toolgate-µs/call: mcp − execute − sdk, what toolgate's MCP layer
+//     adds above that floor;
+//   - pipe-µs/call: a line to a child process that writes it back, no
+//     MCP at all: the round trip of two Go processes over pipes.
+//
+// The four loops take turns in ten rounds, so that a change of load on a
+// shared machine falls on each alike.
 //
 //	go test -run '^$' -bench NoopOverMCP -benchtime 5000x ./mcp
 func BenchmarkNoopOverMCP(b *testing.B) {
@@ -36,100 +47,112 @@ func BenchmarkNoopOverMCP(b *testing.B) {
 	defer rt.Close(ctx)
 	cs, cmd := stdioClient(b, filepath.Join(b.TempDir(), "mcp.db"), nil)
 	defer func() { cs.Close(); cmd.Wait() }()
-	// The same server in this process, over pipes.
-	crd, swr := io.Pipe()
-	srd, cwr := io.Pipe()
-	prt, err := tgruntime.Open(filepath.Join(b.TempDir(), "pipe.db"), testOptions(testRegistry(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := mcp.New(prt, &mcp.Options{Principal: principal})
-	if err != nil {
-		b.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Run(ctx, &sdk.IOTransport{Reader: srd, Writer: swr})
-	}()
-	pcs := connect(b, &sdk.IOTransport{Reader: crd, Writer: cwr}, nil, "")
-	defer func() { pcs.Close(); cwr.Close(); <-served; prt.Close(ctx) }()
-
-	// The floor: the SDK alone, a raw tool answering {} over pipes.
-	frd, fwr := io.Pipe()
-	brd, bwr := io.Pipe()
-	bare := sdk.NewServer(&sdk.Implementation{Name: "bare"}, nil)
-	bare.AddTool(&sdk.Tool{Name: "test.noop", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "{}"}}, StructuredContent: json.RawMessage(`{}`)}, nil
-		})
-	go bare.Run(ctx, &sdk.IOTransport{Reader: brd, Writer: fwr})
-	fcs := connect(b, &sdk.IOTransport{Reader: frd, Writer: bwr}, nil, "")
-	defer func() { fcs.Close(); bwr.Close() }()
+	bare := exec.Command(os.Args[0], "-test.run=^$")
+	bare.Env = append(os.Environ(), bareEnv+"=sdk")
+	bare.Stderr = os.Stderr
+	fcs := connect(b, &sdk.CommandTransport{Command: bare}, nil, "")
+	defer func() { fcs.Close(); bare.Wait() }()
 
 	in := json.RawMessage(`{}`)
 	params := &sdk.CallToolParams{Name: "test.noop", Arguments: in}
-	for range 100 { // warm both paths up
+	execute := func() {
 		if _, err := rt.Execute(ctx, tgruntime.Invocation{Tool: "test.noop", Input: in, Principal: principal}); err != nil {
 			b.Fatal(err)
 		}
-		if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
-			b.Fatal(err, res)
+	}
+	over := func(cs *sdk.ClientSession) func() {
+		return func() {
+			if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
+				b.Fatal(err, res)
+			}
 		}
-		if res, err := pcs.CallTool(ctx, params); err != nil || res.IsError {
-			b.Fatal(err, res)
+	}
+	echo := exec.Command(os.Args[0], "-test.run=^$")
+	echo.Env = append(os.Environ(), bareEnv+"=echo")
+	echoIn, err := echo.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	echoOut, err := echo.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := echo.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { echoIn.Close(); echo.Wait() }()
+	echoed := bufio.NewReader(echoOut)
+	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}` + "\n")
+	pingPong := func() {
+		if _, err := echoIn.Write(line); err != nil {
+			b.Fatal(err)
 		}
-		if res, err := fcs.CallTool(ctx, params); err != nil || res.IsError {
-			b.Fatal(err, res)
+		if _, err := echoed.ReadSlice('\n'); err != nil {
+			b.Fatal(err)
+		}
+	}
+	loops := []func(){execute, over(cs), over(fcs), pingPong}
+	for _, f := range loops { // warm up
+		for range 200 {
+			f()
 		}
 	}
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
-	for range b.N {
-		if _, err := rt.Execute(ctx, tgruntime.Invocation{Tool: "test.noop", Input: in, Principal: principal}); err != nil {
-			b.Fatal(err)
+	var spent [4]time.Duration
+	var serverCPU [2]time.Duration // toolgate's child, the bare SDK's
+	const rounds = 10
+	for r := range rounds {
+		n := b.N/rounds + min(1, max(0, b.N%rounds-r))
+		for i, f := range loops {
+			var child *os.Process
+			switch i {
+			case 1:
+				child = cmd.Process
+			case 2:
+				child = bare.Process
+			}
+			cpu0 := processCPU(child)
+			start := time.Now()
+			for range n {
+				f()
+			}
+			spent[i] += time.Since(start)
+			if child != nil {
+				serverCPU[i-1] += processCPU(child) - cpu0
+			}
 		}
 	}
-	inproc, inprocCPU := time.Since(start), cpuTime()-cpu0
-	start = time.Now()
-	for range b.N {
-		res, err := cs.CallTool(ctx, params)
-		if err != nil || res.IsError {
-			b.Fatal(err, res)
-		}
+	perCall := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(b.N) }
+	ex, mc, sd, pp := perCall(spent[0]), perCall(spent[1]), perCall(spent[2]), perCall(spent[3])
+	b.ReportMetric(pp, "pipe-µs/call")
+	b.ReportMetric(ex, "execute-µs/call")
+	b.ReportMetric(mc, "mcp-µs/call")
+	b.ReportMetric(mc-ex, "added-µs/call")
+	b.ReportMetric(sd, "sdk-µs/call")
+	b.ReportMetric(mc-ex-sd, "toolgate-µs/call")
+	if serverCPU[0] > 0 && serverCPU[1] > 0 {
+		b.ReportMetric(perCall(serverCPU[0]), "mcp-server-cpu-µs/call")
+		b.ReportMetric(perCall(serverCPU[1]), "sdk-server-cpu-µs/call")
 	}
-	over := time.Since(start)
-	start, cpu0 = time.Now(), cpuTime()
-	for range b.N {
-		res, err := pcs.CallTool(ctx, params)
-		if err != nil || res.IsError {
-			b.Fatal(err, res)
-		}
-	}
-	pipe, pipeCPU := time.Since(start), cpuTime()-cpu0
-	start, cpu0 = time.Now(), cpuTime()
-	for range b.N {
-		if _, err := fcs.CallTool(ctx, params); err != nil {
-			b.Fatal(err)
-		}
-	}
-	floor, floorCPU := time.Since(start), cpuTime()-cpu0
-	n := float64(b.N)
-	b.ReportMetric(float64(floor.Microseconds())/n, "sdk-pipe-µs/call")
-	b.ReportMetric(float64(floorCPU.Microseconds())/n, "sdk-pipe-cpu-µs/call")
-	// CPU time (user and system, every thread of this process): what the
-	// calls cost, whatever else the machine runs. The pipe loop's includes
-	// the client's and the server's work.
-	b.ReportMetric(float64(inprocCPU.Microseconds())/n, "execute-cpu-µs/call")
-	b.ReportMetric(float64(pipeCPU.Microseconds())/n, "pipe-cpu-µs/call")
-	b.ReportMetric(float64(pipe.Microseconds())/n, "pipe-µs/call")
-	b.ReportMetric(float64(inproc.Microseconds())/n, "execute-µs/call")
-	b.ReportMetric(float64(over.Microseconds())/n, "mcp-µs/call")
-	b.ReportMetric(float64((over-inproc).Microseconds())/n, "added-µs/call")
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// processCPU is the CPU time (user and system) p has used, read from
+// /proc; zero where there is no /proc.
+func processCPU(p *os.Process) time.Duration {
+	if p == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields 14 and 15 (utime, stime), counted after the command name,
+	// which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }

@@ -81,4 +81,15 @@
 // stateless HTTP, per request. Server.Run and Server.Handler read the request
 // id off the wire; a server connected to a transport another way records a
 // new call id instead.
+//
+// # Stdio framing
+//
+// Server.Run reads the lines of an *sdkmcp.StdioTransport or
+// *sdkmcp.IOTransport itself, one JSON-RPC message per line, and hands the
+// SDK decoded messages: everything above the framing is the SDK's. A line
+// that is not a message (not JSON, a batch, an object that is not
+// JSON-RPC, a line longer than MaxLineLength, 16 MiB by default) is answered
+// with the protocol's error, with the line's id when one can be read, and
+// the session goes on; the SDK's own reader ends the session on such a
+// line.
 package mcp

@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/gctune"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -28,6 +30,7 @@ import (
 
 const (
 	childEnv   = "TOOLGATE_MCP_TEST_CHILD" // the database path
+	bareEnv    = "TOOLGATE_MCP_TEST_BARE"  // sdk: serve bareServer; echo: echo lines
 	principal  = "mcp:tester"
 	objSchema  = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"msg":{"type":"string","description":"a message","maxLength":64}},"required":[],"additionalProperties":false}`
 	slowSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"ms":{"type":"integer","description":"how long to wait","minimum":0,"maximum":600000}},"required":["ms"],"additionalProperties":false}`
@@ -35,6 +38,12 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	switch os.Getenv(bareEnv) {
+	case "sdk":
+		os.Exit(bareChild())
+	case "echo":
+		os.Exit(echoChild())
+	}
 	if db := os.Getenv(childEnv); db != "" {
 		os.Exit(child(db))
 	}
@@ -123,6 +132,7 @@ func testOptions(reg *tools.Registry) *tgruntime.Options {
 
 // child serves the test tools on stdin and stdout.
 func child(db string) int {
+	gctune.ForServer() // as toolgate mcp does
 	reg := tools.NewRegistry()
 	for _, t := range testTools() {
 		if err := reg.Register(t); err != nil {
@@ -148,6 +158,38 @@ func child(db string) int {
 	}
 	_ = err // the client went away
 	return 0
+}
+
+// bareServer is the SDK alone: one raw tool that answers {} at once, no
+// runtime behind it. Over stdio it is the floor of any MCP server in Go.
+func bareServer() *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: "bare"}, nil)
+	s.AddTool(&sdk.Tool{Name: "test.noop", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "{}"}}, StructuredContent: json.RawMessage(`{}`)}, nil
+		})
+	return s
+}
+
+func bareChild() int {
+	gctune.ForServer() // as toolgate's child: the same collector
+	bareServer().Run(context.Background(), &sdk.StdioTransport{})
+	return 0
+}
+
+// echoChild writes back each line it reads: two processes' round trip
+// over pipes, with no MCP at all.
+func echoChild() int {
+	r := bufio.NewReader(os.Stdin)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return 0
+		}
+		if _, err := os.Stdout.Write(line); err != nil {
+			return 0
+		}
+	}
 }
 
 // progress collects the progress notifications a client receives.

@@ -23,27 +23,20 @@ func internalError(msg string) error {
 }
 
 // Run serves one session over t until the client disconnects or ctx ends.
-// Over an *sdk.StdioTransport or *sdk.IOTransport the JSON-RPC id of each
+// An *sdk.StdioTransport or *sdk.IOTransport is served by this package's
+// own reading of its lines (see lineTransport): the JSON-RPC id of each
 // tools/call is recorded in its call id (see "Call ids" in the package
-// documentation); any other transport is served as it is. An invocation
-// still running when the client leaves runs to its end and is recorded.
+// documentation), and a line that is not a message is answered with the
+// protocol's error rather than ending the session. Any other transport is
+// served as it is. An invocation still running when the client leaves runs
+// to its end and is recorded.
 func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	session := randomHex(8)
 	switch tt := t.(type) {
 	case *sdk.StdioTransport:
-		w := &lockedWriter{w: nopWriteCloser{os.Stdout}}
-		t = &sdk.IOTransport{
-			Reader:        newTagReader(s, os.Stdin, w, session, lineMax(tt.MaxLineLength)),
-			Writer:        w,
-			MaxLineLength: tt.MaxLineLength,
-		}
+		t = &lineTransport{s: s, r: os.Stdin, w: nopWriteCloser{os.Stdout}, session: session, max: lineMax(tt.MaxLineLength)}
 	case *sdk.IOTransport:
-		w := &lockedWriter{w: tt.Writer}
-		t = &sdk.IOTransport{
-			Reader:        newTagReader(s, tt.Reader, w, session, lineMax(tt.MaxLineLength)),
-			Writer:        w,
-			MaxLineLength: tt.MaxLineLength,
-		}
+		t = &lineTransport{s: s, r: tt.Reader, w: tt.Writer, session: session, max: lineMax(tt.MaxLineLength)}
 	}
 	return s.sdk.Run(ctx, t)
 }

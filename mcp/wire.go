@@ -1,14 +1,10 @@
 package mcp
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
-	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -114,53 +110,43 @@ func decodeWireFast(data []byte) *wireMsg {
 	return m
 }
 
-// idString is an id as the SDK reads it: a string, or a number made an
-// int64.
-func idString(raw json.RawMessage) (string, bool) {
-	switch {
-	case len(raw) == 0 || string(raw) == "null":
-		return "", false
-	case raw[0] == '"':
-		var s string
-		return s, json.Unmarshal(raw, &s) == nil
-	}
-	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil {
-		return "", false
-	}
-	return strconv.FormatInt(int64(f), 10), true
-}
-
 // tagMessage puts the request id of a tools/call message into its _meta and
 // returns the message re-encoded, or nil when data is anything else (or not
-// valid JSON-RPC: the SDK answers that).
+// valid JSON-RPC: the SDK answers that). The HTTP transport tags with it.
 func (s *Server) tagMessage(data []byte, session string) []byte {
 	if !bytes.Contains(data, []byte(`"tools/call"`)) {
 		return nil
 	}
 	m, err := decodeWire(data)
-	if err != nil {
+	if err != nil || string(m.Method) != `"tools/call"` {
 		return nil
 	}
-	return s.tag(m, session)
+	id, err := makeID(m.ID)
+	if err != nil || !id.IsValid() {
+		return nil
+	}
+	p := s.tagParams(m.Params, idText(id), session)
+	if p == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	b.Grow(len(p) + len(m.ID) + 64)
+	b.WriteString(`{"jsonrpc":"2.0","id":`)
+	b.Write(m.ID)
+	b.WriteString(`,"method":"tools/call","params":`)
+	b.Write(p)
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
-// tag is tagMessage of a decoded message. It splices the tag into the
-// params' _meta (adding a _meta when there is none) without decoding and
-// encoding the params again: data is valid JSON (decodeWire read it), and
-// only the top level of params is walked. The tag is one string,
-// "SESSION ID" (the session is hex, so the first space ends it). A message
-// whose params are not an object, whose name is not a string, or whose
-// _meta is not an object is passed on untagged, for the SDK to refuse.
-func (s *Server) tag(m *wireMsg, session string) []byte {
-	if string(m.Method) != `"tools/call"` {
-		return nil
-	}
-	id, ok := idString(m.ID)
-	if !ok {
-		return nil
-	}
-	p := m.Params
+// tagParams returns the params of a tools/call with the tag spliced into
+// their _meta (a _meta added when there is none), without decoding and
+// encoding them again: p is valid JSON (decodeWire read it), and only its
+// top level is walked. The tag is one string, "SESSION ID" (the session
+// is hex, so the first space ends it). Params that are not an object,
+// whose name is not a string, or whose _meta is not an object are not
+// tagged (nil): the SDK refuses them.
+func (s *Server) tagParams(p json.RawMessage, id, session string) json.RawMessage {
 	if len(p) < 2 || p[0] != '{' {
 		return nil
 	}
@@ -194,34 +180,26 @@ func (s *Server) tag(m *wireMsg, session string) []byte {
 	if !named {
 		return nil // the SDK refuses it, quoting the params: without the key
 	}
-	entry := make([]byte, 0, 64+len(id))
-	entry = append(entry, '"')
-	entry = append(entry, s.tagKey...)
-	entry = append(entry, `":`...)
-	entry = appendJSONString(entry, session+" "+id)
-	var b bytes.Buffer
-	b.Grow(len(p) + len(entry) + len(m.ID) + 64)
-	b.WriteString(`{"jsonrpc":"2.0","id":`)
-	b.Write(m.ID)
-	b.WriteString(`,"method":"tools/call","params":`)
 	at := meta + 1
 	if meta < 0 {
 		at = 1
 	}
-	b.Write(p[:at])
+	b := make([]byte, 0, len(p)+len(s.tagKey)+len(session)+len(id)+32)
+	b = append(b, p[:at]...)
 	if meta < 0 {
-		b.WriteString(`"_meta":{`)
-		b.Write(entry)
-		b.WriteByte('}')
-	} else {
-		b.Write(entry)
+		b = append(b, `"_meta":{`...)
+	}
+	b = append(b, '"')
+	b = append(b, s.tagKey...)
+	b = append(b, `":`...)
+	b = appendJSONString(b, session+" "+id)
+	if meta < 0 {
+		b = append(b, '}')
 	}
 	if rest := skipSpace(p, at); rest < len(p) && p[rest] != '}' {
-		b.WriteByte(',')
+		b = append(b, ',')
 	}
-	b.Write(p[at:])
-	b.WriteByte('}')
-	return b.Bytes()
+	return append(b, p[at:]...)
 }
 
 // The JSON walkers below read valid JSON only (decodeWire checked it); each
@@ -299,126 +277,3 @@ func mustJSON(v any) json.RawMessage {
 	}
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
-
-// tagReader passes newline-delimited JSON-RPC through, tagging tools/call
-// requests. A line longer than max passes through untouched (the SDK's
-// reader refuses it). A line that is not JSON-RPC is answered here with
-// the protocol's error (parse error, invalid request) and dropped: the
-// SDK's reader would end the session on it.
-type tagReader struct {
-	s       *Server
-	src     io.ReadCloser
-	w       *lockedWriter
-	br      *bufio.Reader
-	session string
-	max     int
-	pending []byte
-	through bool // passing the rest of an overlong line through
-	err     error
-}
-
-func newTagReader(s *Server, src io.ReadCloser, w *lockedWriter, session string, max int) *tagReader {
-	return &tagReader{s: s, src: src, w: w, br: bufio.NewReaderSize(src, 64<<10), session: session, max: max}
-}
-
-// lockedWriter serializes writes: the SDK's (one whole message per Write)
-// and the errors tagReader answers.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.WriteCloser
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) Close() error { return l.w.Close() }
-
-// check decodes a line; one that is not a JSON-RPC message is answered
-// with the protocol's error (ok false).
-func (t *tagReader) check(line []byte) (m *wireMsg, ok bool) {
-	if len(line) == 0 {
-		return nil, true
-	}
-	code, msg := int64(jsonrpc.CodeParseError), "parse error: not JSON"
-	switch {
-	case line[0] == '[' && json.Valid(line):
-		// JSON-RPC batches left MCP in 2025-06-18, and the SDK's reader
-		// ends the session on one it cannot take.
-		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: batches are not supported; send one message per line"
-	case line[0] == '{':
-		m, err := decodeWire(line)
-		if err == nil {
-			return m, true
-		}
-		if json.Valid(line) {
-			code, msg = jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()
-		}
-	case json.Valid(line):
-		code, msg = jsonrpc.CodeInvalidRequest, "invalid request: a message is a JSON object"
-	}
-	var id json.RawMessage = json.RawMessage("null")
-	var probe struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(line, &probe) == nil && len(probe.ID) > 0 && (probe.ID[0] == '"' || probe.ID[0] == '-' || probe.ID[0] >= '0' && probe.ID[0] <= '9') {
-		id = probe.ID
-	}
-	out := mustJSON(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
-	t.w.Write(append(out, '\n'))
-	return nil, false
-}
-
-func (t *tagReader) Read(p []byte) (int, error) {
-	for len(t.pending) == 0 {
-		if t.err != nil {
-			return 0, t.err
-		}
-		t.fill()
-	}
-	n := copy(p, t.pending)
-	t.pending = t.pending[n:]
-	return n, nil
-}
-
-// fill reads the next line (or a piece of an overlong one) into pending.
-func (t *tagReader) fill() {
-	if t.through {
-		chunk, err := t.br.ReadSlice('\n')
-		t.pending = append(t.pending[:0], chunk...)
-		if err == nil || !errors.Is(err, bufio.ErrBufferFull) {
-			t.through = false
-			t.err = err
-		}
-		return
-	}
-	var line []byte
-	for {
-		chunk, err := t.br.ReadSlice('\n')
-		line = append(line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(line) > t.max {
-				t.pending, t.through = line, true
-				return
-			}
-			continue
-		}
-		if err != nil {
-			t.err = err
-		}
-		break
-	}
-	switch msg, ok := t.check(bytes.TrimSpace(line)); {
-	case !ok:
-		line = nil
-	case msg != nil:
-		if tagged := t.s.tag(msg, t.session); tagged != nil {
-			line = append(tagged, '\n')
-		}
-	}
-	t.pending = line
-}
-
-func (t *tagReader) Close() error { return t.src.Close() }

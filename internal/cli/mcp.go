@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/internal/gctune"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
@@ -65,6 +66,7 @@ than one made out of band; it is off unless you turn it on.`,
   toolgate mcp --registry gateway.yaml --allow mcp.call:files`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			gctune.ForServer() // see internal/gctune: the SDK's garbage
 			if who == "" {
 				who = mcpPrincipal()
 			}

@@ -33,6 +33,7 @@ var policy = map[string][]string{
 	"runtime":                  {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
 	"internal/uuid":            {},
 	"internal/proc":            {"golang.org/x/sys/unix"},
+	"internal/gctune":          {},
 	"internal/deps":            {},
 	"internal/docscheck":       {},
 	"internal/testchild":       {},
@@ -44,7 +45,7 @@ var policy = map[string][]string{
 	"client":                   {"go.opentelemetry.io/otel"},
 	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "audit", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
 	"webui":                    {"runtime", "server", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit"},
-	"internal/cli":             {"server", "webui", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"internal/cli":             {"server", "webui", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "internal/gctune", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
 
