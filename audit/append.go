@@ -117,6 +117,14 @@ func (e *Event) AppendJSON(b []byte) []byte {
 			b = append(b, `,"via":`...)
 			b = appendJSONString(b, in.Via)
 		}
+		if in.Signer != "" {
+			b = append(b, `,"signer":`...)
+			b = appendJSONString(b, in.Signer)
+		}
+		if in.Signature != "" {
+			b = append(b, `,"signature":`...)
+			b = appendJSONString(b, in.Signature)
+		}
 		b = append(b, '}')
 	}
 	return append(b, '}')

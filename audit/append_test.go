@@ -54,7 +54,7 @@ func TestEvent_AppendJSON(t *testing.T) {
 			e.IntentID = str()
 		}
 		if rng.IntN(2) == 0 {
-			e.Intent = &audit.IntentAction{ID: str(), Hash: str(), Action: str(), Code: str(), Reason: str()}
+			e.Intent = &audit.IntentAction{ID: str(), Hash: str(), Action: str(), Code: str(), Reason: str(), Via: str(), Signer: str(), Signature: str()}
 		}
 		want, err := json.Marshal(e)
 		if err != nil {

@@ -98,6 +98,12 @@ type IntentAction struct {
 	// Via is how an approval reached toolgate when not out of band:
 	// "elicitation" (the approver's own MCP client asked its user).
 	Via string `json:"via,omitempty"`
+	// Signer is the verifier key ([VerifierKey.String]) whose signing key
+	// signed this decision, and Signature the signature, in standard
+	// base64, of its [DecisionStatement]; both empty for an unsigned
+	// decision (see [SigningKey.SignDecision]).
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
 }
 
 // Decision records one capability decision: who (the event's userId) asked
@@ -187,7 +193,7 @@ func (e *Event) check() error {
 	}
 	strs = append(strs, e.IntentID)
 	if in := e.Intent; in != nil {
-		strs = append(strs, in.ID, in.Hash, in.Action, in.Code, in.Reason, in.Via)
+		strs = append(strs, in.ID, in.Hash, in.Action, in.Code, in.Reason, in.Via, in.Signer, in.Signature)
 	}
 	for _, s := range strs {
 		if !utf8.ValidString(s) {

@@ -28,9 +28,10 @@ var ErrPolicy = errors.New("capability: invalid policy")
 // A policy that could not be loaded (see [LoadPolicy]) denies everything,
 // to every principal, and says why in each decision.
 type Policy struct {
-	grants   map[string][]Capability
-	revision string
-	err      error // the load failure of a deny-all policy
+	grants       map[string][]Capability
+	approvalKeys map[string][]string // approver (or "*") -> verifier keys
+	revision     string
+	err          error // the load failure of a deny-all policy
 }
 
 // NewPolicy builds a policy from a Go value: each principal and the
@@ -74,6 +75,9 @@ type policyFile struct {
 	Version int `json:"version"`
 	// Principals maps each principal to the capabilities it holds.
 	Principals map[string][]string `json:"principals"`
+	// ApprovalKeys maps approvers to the keys whose signatures make their
+	// approvals count (see [Policy.ApprovalKeys]).
+	ApprovalKeys map[string][]string `json:"approvalKeys"`
 }
 
 // ParsePolicy parses the JSON form of a policy:
@@ -83,12 +87,17 @@ type policyFile struct {
 //	  "principals": {
 //	    "alice":  ["filesystem.read:/srv/data", "state.write:orders"],
 //	    "ci-bot": ["process.exec:git"]
+//	  },
+//	  "approvalKeys": {
+//	    "alice": ["alice+5c3e1a9b+AXt0...="],
+//	    "*":     ["toolgate-serve+0f2d4b6a+ATq8...="]
 //	  }
 //	}
 //
-// Unknown fields, a version other than 1, a duplicate principal and an
-// invalid capability are errors that name the line and column. name labels
-// the errors (a file name, or "" for none).
+// approvalKeys is optional (see [Policy.ApprovalKeys]). Unknown fields, a
+// version other than 1, a duplicate principal, an invalid capability and
+// an approver listed without a key are errors that name the line and
+// column. name labels the errors (a file name, or "" for none).
 func ParsePolicy(name string, data []byte) (*Policy, error) {
 	where := func(off int64) string {
 		line, col := position(data, off)
@@ -137,7 +146,79 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 		}
 		grants[principal] = gs
 	}
-	return NewPolicy(grants)
+	p, err := NewPolicy(grants)
+	if err != nil || f.ApprovalKeys == nil {
+		return p, err
+	}
+	for approver := range f.ApprovalKeys {
+		if err := checkApprovalKeys(approver, f.ApprovalKeys[approver]); err != nil {
+			return nil, fmt.Errorf("%s: %w", where(offsetOfKey(data, approver)), err)
+		}
+	}
+	return p.WithApprovalKeys(f.ApprovalKeys)
+}
+
+// maxApprovalKeys bounds the keys listed for one approver.
+const maxApprovalKeys = 64
+
+// WithApprovalKeys returns a policy with p's grants that lists, for each
+// approver, the keys whose signatures make its approvals count, "*" for
+// keys that may sign for any approver (a server that authenticates its
+// approvers itself). A key is a verifier key as `toolgate intent keygen`
+// prints it (name+hash+key); its form is checked by the runtime that uses
+// the policy. A nil or empty map lists none.
+func (p *Policy) WithApprovalKeys(keys map[string][]string) (*Policy, error) {
+	q := &Policy{grants: p.grants, err: p.err}
+	if len(keys) > 0 {
+		q.approvalKeys = make(map[string][]string, len(keys))
+	}
+	for approver, ks := range keys {
+		if err := checkApprovalKeys(approver, ks); err != nil {
+			return nil, err
+		}
+		ks = slices.Clone(ks)
+		slices.Sort(ks)
+		q.approvalKeys[approver] = slices.Compact(ks)
+	}
+	q.revision = q.computeRevision()
+	return q, nil
+}
+
+func checkApprovalKeys(approver string, keys []string) error {
+	if approver != "*" {
+		if err := checkPrincipal(approver); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(keys) == 0:
+		return fmt.Errorf("%w: approvalKeys: %q lists no key; remove it or list one", ErrPolicy, approver)
+	case len(keys) > maxApprovalKeys:
+		return fmt.Errorf("%w: approvalKeys: %q lists %d keys; at most %d", ErrPolicy, approver, len(keys), maxApprovalKeys)
+	}
+	for _, k := range keys {
+		if k == "" || len(k) > 512 || strings.IndexFunc(k, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			return fmt.Errorf("%w: approvalKeys: %q: %q is not a key (name+hash+key, as toolgate intent keygen prints it)", ErrPolicy, approver, k)
+		}
+	}
+	return nil
+}
+
+// ApprovalKeys returns the keys the policy lists for signing approvals:
+// approver (or "*", any approver) to its verifier keys. When it lists any,
+// an approval counts only if it is signed by a key listed for its
+// approver or under "*": whoever can write the database, but holds none
+// of those keys, cannot record an approval that runs. Nil when it lists
+// none.
+func (p *Policy) ApprovalKeys() map[string][]string {
+	if p.approvalKeys == nil {
+		return nil
+	}
+	out := make(map[string][]string, len(p.approvalKeys))
+	for a, ks := range p.approvalKeys {
+		out[a] = slices.Clone(ks)
+	}
+	return out
 }
 
 // LoadPolicy reads and parses the policy file at path. On any error it
@@ -212,6 +293,12 @@ func (p *Policy) computeRevision() string {
 		}
 	}
 	b, _ := json.Marshal(canon) // map keys are sorted by encoding/json; strings cannot fail
+	if p.approvalKeys != nil {
+		// Only when there are any: a policy without keys keeps the
+		// revision it had before approval keys existed.
+		k, _ := json.Marshal(p.approvalKeys)
+		b = append(append(b, "\x00approvalKeys"...), k...)
+	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -313,7 +400,7 @@ func checkDuplicates(data []byte) error {
 					return &dupError{key: k, off: d.InputOffset() - int64(len(quoted))}
 				}
 				seen[k] = true
-				if err := walk(depth+1, depth == 0 && k == "principals"); err != nil {
+				if err := walk(depth+1, depth == 0 && (k == "principals" || k == "approvalKeys")); err != nil {
 					return err
 				}
 			}

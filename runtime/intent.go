@@ -236,6 +236,11 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if err := checkPrincipal(d.By); err != nil {
 		return nil, err
 	}
+	if d.Approved {
+		if e := r.canSign(id, d.By); e != nil {
+			return nil, e
+		}
+	}
 	// The intent's proposal is immutable: read it first, for the event.
 	in, err := r.Intent(ctx, id)
 	if err != nil {
@@ -250,7 +255,13 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if d.Approved {
 		action.Action = audit.IntentApproved
 	}
-	ev := r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, action)
+	e := r.intentAuditEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, action)
+	if k := r.opts.ApprovalKey; k != nil {
+		if err := k.SignDecision(&e); err != nil {
+			return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: Message(err)}
+		}
+	}
+	ev := txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
 	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		if _, ok := v.Get(nsIntents, id); !ok {
 			return &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}
@@ -518,8 +529,13 @@ func (r *Runtime) recordRefusal(ctx context.Context, in *Intent, principal, code
 
 // intentEvent is the audit event of one step of an intent's history.
 func (r *Runtime) intentEvent(id, hash, tool, version string, input json.RawMessage, who string, at time.Time, action *audit.IntentAction) txn.AuditEvent {
+	e := r.intentAuditEvent(id, hash, tool, version, input, who, at, action)
+	return txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
+}
+
+func (r *Runtime) intentAuditEvent(id, hash, tool, version string, input json.RawMessage, who string, at time.Time, action *audit.IntentAction) audit.Event {
 	action.ID, action.Hash = id, hash
-	e := audit.Event{
+	return audit.Event{
 		EventID:     r.ids.Ordered(),
 		Timestamp:   at.UnixMilli(),
 		ToolID:      tool,
@@ -529,7 +545,6 @@ func (r *Runtime) intentEvent(id, hash, tool, version string, input json.RawMess
 		InputHash:   hashJSON(input),
 		Intent:      action,
 	}
-	return txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
 }
 
 // claimGuard is the BeginWith guard of an intent's execution: it marks

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -27,6 +28,16 @@ type Options struct {
 	// Grants is a shorthand for a Policy given as a Go value: principals
 	// and the capabilities they hold. Set Policy or Grants, not both.
 	Grants map[string][]capability.Capability
+
+	// ApprovalKey, if set, signs every decision on an intent this runtime
+	// records (Approve, ApproveVia, Reject): the signature, in the
+	// decision's audit event, proves who made it to whoever holds the
+	// policy's approval keys (capability.Policy.ApprovalKeys). When the
+	// policy lists approval keys, an approval counts only if it is signed
+	// by a key listed for its approver (or under "*"): this runtime refuses
+	// to record one it cannot sign so, and runs no intent whose approval
+	// is not.
+	ApprovalKey *audit.SigningKey
 
 	// Retry is the retry policy of RFC-0001 7.3.
 	Retry RetryPolicy

@@ -21,9 +21,13 @@ import (
 type Runtime struct {
 	opts   Options
 	policy *capability.Policy
-	reg    *tools.Registry
-	store  *txn.Store
-	slots  chan struct{}
+	// approvers holds the policy's approval keys, parsed: approver (or
+	// "*") to the keys whose signatures make its approvals count. Empty:
+	// approvals need no signature.
+	approvers approverKeys
+	reg       *tools.Registry
+	store     *txn.Store
+	slots     chan struct{}
 	// toolSlots holds the slots of each tool (id@version) that declares
 	// maxConcurrent.
 	toolSlots map[string]chan struct{}
@@ -83,22 +87,27 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		policy = p
 	}
 	o.Grants = nil
+	approvers, err := approvalKeys(policy)
+	if err != nil {
+		return nil, err
+	}
 	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	stop, abort := context.WithCancel(context.Background())
 	r := &Runtime{
-		opts:     o,
-		policy:   policy,
-		reg:      o.Registry,
-		store:    store,
-		slots:    make(chan struct{}, o.MaxConcurrent),
-		pool:     newWorkers(),
-		stop:     stop,
-		abortAll: abort,
-		tel:      newTelemetry(&o),
-		procs:    newProcMetrics(o.MeterProvider),
+		opts:      o,
+		policy:    policy,
+		approvers: approvers,
+		reg:       o.Registry,
+		store:     store,
+		slots:     make(chan struct{}, o.MaxConcurrent),
+		pool:      newWorkers(),
+		stop:      stop,
+		abortAll:  abort,
+		tel:       newTelemetry(&o),
+		procs:     newProcMetrics(o.MeterProvider),
 	}
 	r.toolSlots = make(map[string]chan struct{})
 	for _, e := range o.Registry.Entries() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -275,6 +276,15 @@ type intentEvents struct {
 // execution. It returns what disagrees, or an error if the log cannot be
 // read.
 func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
+	ie, err := readIntentEvents(ctx, store, in)
+	if err != nil {
+		return nil, err
+	}
+	return compareIntent(in, ie), nil
+}
+
+// readIntentEvents reads the audit events of in's history.
+func readIntentEvents(ctx context.Context, store *txn.Store, in *Intent) (*intentEvents, error) {
 	// Up to now: a decision or an execution the store no longer shows (a
 	// mark removed to run it again) can be anywhere in the log after the
 	// proposal; so can a refusal.
@@ -290,7 +300,25 @@ func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepa
 	if err != nil {
 		return nil, err
 	}
-	return compareIntent(in, ie), nil
+	return ie, nil
+}
+
+// first returns the first proposal and the first decision of the history.
+func (ie *intentEvents) first() (proposal, decision *audit.Event) {
+	for i := range ie.history {
+		e := &ie.history[i]
+		switch e.Intent.Action {
+		case audit.IntentProposed:
+			if proposal == nil {
+				proposal = e
+			}
+		case audit.IntentApproved, audit.IntentRejected:
+			if decision == nil {
+				decision = e
+			}
+		}
+	}
+	return proposal, decision
 }
 
 func (ie *intentEvents) add(id string, ev audit.Event) {
@@ -313,20 +341,7 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 	bad := func(field, format string, args ...any) {
 		out = append(out, Discrepancy{Kind: "intent", ID: in.ID, Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
-	var proposal, decision *audit.Event
-	for i := range ie.history {
-		e := &ie.history[i]
-		switch e.Intent.Action {
-		case audit.IntentProposed:
-			if proposal == nil {
-				proposal = e
-			}
-		case audit.IntentApproved, audit.IntentRejected:
-			if decision == nil {
-				decision = e
-			}
-		}
-	}
+	proposal, decision := ie.first()
 	if proposal == nil {
 		bad("proposal", "the intent has no proposal in the audit log: it was not proposed through toolgate")
 	} else {
@@ -373,6 +388,13 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 				d.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(decision.Timestamp).UTC().Format(time.RFC3339Nano))
 		case decision.Intent.Hash != in.Hash:
 			bad("decision", "the decision in the audit log was on hash %s, the intent's is %s", short(decision.Intent.Hash), short(in.Hash))
+		}
+	}
+	if decision != nil {
+		// A signed decision must verify, whoever signed it: whether its
+		// key counts is the policy's (approverKeys.trusted).
+		if _, err := audit.VerifyDecision(decision); err != nil && !errors.Is(err, audit.ErrUnsigned) {
+			bad("signature", "the decision's signature does not verify: %s", Message(err))
 		}
 	}
 	switch x := in.Execution; {
@@ -428,7 +450,11 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 // and approval are in the audit log as stored: an approval written below
 // the store's API has no event, and is refused.
 func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
-	ds, err := VerifyIntent(ctx, r.store, in)
+	ie, err := readIntentEvents(ctx, r.store, in)
+	var ds []Discrepancy
+	if err == nil {
+		ds = compareIntent(in, ie)
+	}
 	// Refusals are history, recorded best effort and concurrently: not
 	// what an approval rests on.
 	ds = slices.DeleteFunc(ds, func(d Discrepancy) bool { return d.Field == "refusals" })
@@ -443,6 +469,13 @@ func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 		}
 	}
 	if err == nil && len(ds) == 0 {
+		// The approval is in the log as stored; with approval keys in the
+		// policy, it must also be signed by one listed for its approver.
+		if _, decision := ie.first(); decision != nil {
+			if why := r.approvers.trusted(decision); why != "" {
+				return &IntentError{Code: "intent_unsigned", IntentID: in.ID, Reason: why + "; it was not run"}
+			}
+		}
 		return nil
 	}
 	reason := "its proposal and approval could not be read from the audit log"
@@ -482,6 +515,22 @@ const verifyPage = 4096
 // The store may be open read-only; the log's own chain is checked by
 // [audit.Verifier], not here.
 func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepancy) error) (*RecordsReport, error) {
+	return verifyRecords(ctx, store, nil, report)
+}
+
+// VerifyRecordsUnder is [VerifyRecords], and when policy lists approval
+// keys (capability.Policy.ApprovalKeys) it also reports each approval that
+// is not signed by a key listed for its approver (field "signature"): an
+// intent a runtime under that policy would refuse to run.
+func VerifyRecordsUnder(ctx context.Context, store *txn.Store, policy *capability.Policy, report func(Discrepancy) error) (*RecordsReport, error) {
+	keys, err := approvalKeys(policy)
+	if err != nil {
+		return nil, err
+	}
+	return verifyRecords(ctx, store, keys, report)
+}
+
+func verifyRecords(ctx context.Context, store *txn.Store, approvers approverKeys, report func(Discrepancy) error) (*RecordsReport, error) {
 	rep := &RecordsReport{}
 	emit := func(ds []Discrepancy) error {
 		for _, d := range ds {
@@ -609,7 +658,13 @@ func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepanc
 			ie = &intentEvents{}
 		}
 		delete(intents, in.ID)
-		if err := emit(compareIntent(in, ie)); err != nil {
+		ds := compareIntent(in, ie)
+		if _, decision := ie.first(); decision != nil {
+			if why := approvers.trusted(decision); why != "" {
+				ds = append(ds, Discrepancy{Kind: "intent", ID: in.ID, Field: "signature", Detail: why})
+			}
+		}
+		if err := emit(ds); err != nil {
 			return rep, err
 		}
 	}
@@ -722,7 +777,7 @@ func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, 
 // and events that one side of it saw and the other did not, reported as
 // discrepancies.
 func (r *Runtime) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
-	return VerifyRecords(ctx, r.store, report)
+	return verifyRecords(ctx, r.store, r.approvers, report)
 }
 
 // verifyIdempotency checks every settled idempotency key against the audit
