@@ -860,6 +860,10 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", nil)
 	case errors.As(err, &ie) && ie.Code == "intent_malformed":
 		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", tgruntime.Message(err), nil)
+	case errors.As(err, &ie) && ie.Code == "intent_unsigned":
+		// The policy lists approval keys, and this server's key (serve
+		// --approval-key) is not one listed for the approver.
+		problem(w, http.StatusForbidden, "approval-unsigned", "Approval cannot be signed", tgruntime.Message(err), nil)
 	case errors.As(err, &ie):
 		problem(w, http.StatusConflict, "intent-decided", "Already decided", tgruntime.Message(err), nil)
 	case err != nil:

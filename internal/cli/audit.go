@@ -226,7 +226,11 @@ func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*r
 		return out, nil
 	}
 	defer store.Close()
-	rep, err := tgruntime.VerifyRecords(ctx, store, func(d tgruntime.Discrepancy) error {
+	policy, err := g.policy() // its approval keys: approvals they do not sign are named
+	if err != nil {
+		return nil, err
+	}
+	rep, err := tgruntime.VerifyRecordsUnder(ctx, store, policy, func(d tgruntime.Discrepancy) error {
 		if print {
 			fmt.Fprintf(stdio.Out, "%s %s: %s: %s\n", clean(d.Kind), clean(d.ID), clean(d.Field), clean(d.Detail))
 		} else if len(out.Discrepancies) < maxListedDiscrepancies {
@@ -372,7 +376,7 @@ func auditKeyPath(flag string) (string, error) {
 func loadOrCreateSigningKey(path string, warn io.Writer) (key *audit.SigningKey, created bool, err error) {
 	b, err := readSmallFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		key, err = createSigningKey(path)
+		key, err = createSigningKey(path, auditKeyName, "audit key")
 		if !errors.Is(err, fs.ErrExist) { // else another process created it first
 			return key, err == nil, err
 		}
@@ -391,20 +395,23 @@ func loadOrCreateSigningKey(path string, warn io.Writer) (key *audit.SigningKey,
 	return key, false, nil
 }
 
-func createSigningKey(path string) (*audit.SigningKey, error) {
-	key, err := audit.GenerateSigningKey(rand.Reader, auditKeyName)
+// createSigningKey writes a new signing key named name at path (mode 0600,
+// its directory created 0700); a file already there is fs.ErrExist. what
+// names the key in errors ("audit key").
+func createSigningKey(path, name, what string) (*audit.SigningKey, error) {
+	key, err := audit.GenerateSigningKey(rand.Reader, name)
 	if err != nil {
-		return nil, internalErr(err)
+		return nil, usageErr("%s: %v", what, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, usageErr("audit key: %v", err)
+		return nil, usageErr("%s: %v", what, err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, usageErr("audit key: %v", err)
+		return nil, usageErr("%s: %v", what, err)
 	}
 	_, err = f.WriteString(key.Encode() + "\n")
 	if err == nil {
@@ -415,7 +422,7 @@ func createSigningKey(path string) (*audit.SigningKey, error) {
 	}
 	if err != nil {
 		_ = os.Remove(path)
-		return nil, internalErr(fmt.Errorf("writing audit key %s: %w", path, err))
+		return nil, internalErr(fmt.Errorf("writing %s %s: %w", what, path, err))
 	}
 	return key, nil
 }

@@ -241,6 +241,7 @@ type globals struct {
 	registryPath string
 	wait         time.Duration // --wait: how long to wait for a database another process holds
 	token        string        // --token: for a server that holds the database (see holder.go)
+	approvalKey  string        // --approval-key: signs decisions on intents (see approvalkey.go)
 
 	cmd  *cobra.Command // the command running
 	addr string         // the address serve or mcp --http listens on, for the holder file
@@ -274,6 +275,7 @@ with every lifecycle transition in a bbolt database.
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")
 	root.PersistentFlags().Var(newDurationValue(&g.wait, 0), "wait", "wait up to this long for a database another toolgate command holds (default 1s)")
+	root.PersistentFlags().StringVar(&g.approvalKey, "approval-key", "", "key file that signs your approvals (default $TOOLGATE_APPROVAL_KEY, else ~/.config/toolgate/approval.key if it exists; see 'toolgate intent keygen')")
 	root.PersistentFlags().StringVar(&g.token, "token", "", "bearer token for the local server that holds the database, to read through its HTTP API (default $TOOLGATE_TOKEN)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		g.cmd = cmd

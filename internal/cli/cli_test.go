@@ -37,9 +37,10 @@ func workdir(t *testing.T) string {
 	// No telemetry unless a test asks for it, whatever the environment says.
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-		"TOOLGATE_POLICY", "TOOLGATE_REGISTRY", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
+		"TOOLGATE_POLICY", "TOOLGATE_REGISTRY", "TOOLGATE_APPROVAL_KEY", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT", "TRACESTATE"} {
 		t.Setenv(v, "")
 	}
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config")) // no one's own approval key
 	must(t, os.WriteFile("hello.txt", []byte("hello\n"), 0o600))
 	must(t, os.WriteFile("big.txt", bytes.Repeat([]byte("x"), 1<<20+1), 0o600))
 	must(t, os.Mkdir("sub", 0o700))

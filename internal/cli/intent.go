@@ -23,7 +23,9 @@ const intentHelp = `An intent is an exact invocation (tool, version, input) prop
 to approve. It is identified by a random UUID and by the SHA-256 of its
 canonical form, and runs only with both, only once approved, only if
 unchanged, and at most once: 'toolgate run --intent ID --hash HASH'.
-Nothing modifies or deletes an intent; a decision is final.`
+Nothing modifies or deletes an intent; a decision is final.
+
+` + approvalKeyHelp
 
 func newIntentCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
@@ -32,7 +34,7 @@ func newIntentCmd(g *globals, stdio Stdio) *cobra.Command {
 		Long:  intentHelp,
 	}
 	cmd.AddCommand(newIntentProposeCmd(g, stdio), newIntentListCmd(g, stdio), newIntentShowCmd(g, stdio),
-		newIntentApproveCmd(g, stdio), newIntentRejectCmd(g, stdio))
+		newIntentApproveCmd(g, stdio), newIntentRejectCmd(g, stdio), newIntentKeygenCmd(g, stdio))
 	return cmd
 }
 

@@ -218,6 +218,11 @@ func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 		}
 		opts.Registry = reg
 	}
+	if opts.ApprovalKey == nil {
+		if opts.ApprovalKey, err = g.loadApprovalKey(); err != nil {
+			return nil, err
+		}
+	}
 	return g.openRuntime(path, opts) // holder.go: --wait, and who holds it
 }
 

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Signed approvals through the CLI: keygen makes a private key and prints
+// the line the policy lists; under that policy an approval signed with it
+// runs; an approval recorded by a writer without a listed key (here the
+// CLI under a policy without keys) is refused with exit 4 and named by
+// audit verify; approving under the keyed policy without a listed key is
+// refused before anything is recorded.
+func TestIntent_SignedApprovals(t *testing.T) {
+	dir := workdir(t)
+	key := filepath.Join(dir, "alice.key")
+	r := toolgate(t, "", "--approval-key", key, "intent", "keygen", "alice")
+	pub := strings.TrimSpace(r.stdout)
+	if r.code != ExitCompleted || !strings.HasPrefix(pub, "alice+") || !strings.Contains(r.stderr, "approvalKeys") {
+		t.Fatalf("keygen: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the key file: %v, %v", fi, err)
+	}
+	before, _ := os.ReadFile(key)
+	if r := toolgate(t, "", "--approval-key", key, "intent", "keygen", "alice"); r.code != ExitCompleted || strings.TrimSpace(r.stdout) != pub || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("keygen again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if after, _ := os.ReadFile(key); string(after) != string(before) {
+		t.Fatal("keygen overwrote the key")
+	}
+	// The default file, when it exists, signs without a flag.
+	if r := toolgate(t, "", "intent", "keygen", "me"); r.code != ExitCompleted {
+		t.Fatalf("keygen to the default file: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config", "toolgate", "approval.key")); err != nil {
+		t.Fatalf("the default key: %v", err)
+	}
+
+	policy := filepath.Join(dir, "policy.json")
+	pj, _ := json.Marshal(map[string]any{"version": 1, "principals": map[string]any{}, "approvalKeys": map[string][]string{"alice": {pub}}})
+	must(t, os.WriteFile(policy, pj, 0o600))
+	runIntent := func(id, hash string) run {
+		return toolgate(t, "", "--policy", policy, "run", "--intent", id, "--hash", hash, "--allow", "filesystem.read:.")
+	}
+
+	// Signed by alice's key: runs.
+	id, hash := propose(t, "file.read", "--input", `{"path":"hello.txt"}`)
+	if r := toolgate(t, "", "--policy", policy, "--approval-key", key, "intent", "approve", id, "--yes", "--approver", "alice"); r.code != ExitCompleted {
+		t.Fatalf("signed approval: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runIntent(id, hash); r.code != ExitCompleted || !strings.Contains(r.stdout, "hello") {
+		t.Fatalf("a signed approval did not run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Under the keyed policy, an approval it would not count is refused.
+	id2, hash2 := propose(t, "file.read", "--input", `{"path":"hello.txt"}`)
+	r = toolgate(t, "", "--policy", policy, "intent", "approve", id2, "--yes", "--approver", "bob")
+	if r.code != ExitDenied || !strings.Contains(r.stderr, "not listed for bob") {
+		t.Fatalf("approval with a key not listed for its approver: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := toolgate(t, "", "intent", "show", id2); !strings.Contains(r.stdout, "PENDING") {
+		t.Fatalf("the refused approval was recorded:\n%s", r.stdout)
+	}
+
+	// The forger: the same database, a policy without keys, no key.
+	must(t, os.Remove(filepath.Join(dir, "config", "toolgate", "approval.key")))
+	if r := toolgate(t, "", "intent", "approve", id2, "--yes", "--approver", "alice"); r.code != ExitCompleted {
+		t.Fatalf("unsigned approval without keys: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runIntent(id2, hash2)
+	if r.code != ExitDenied || !strings.Contains(r.stderr, "not signed") || strings.Contains(r.stdout, "hello") {
+		t.Fatalf("a forged approval: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = toolgate(t, "", "--policy", policy, "audit", "verify")
+	if r.code != ExitVerify || !strings.Contains(r.stdout, id2) || !strings.Contains(r.stdout, "signature") {
+		t.Fatalf("audit verify under the keyed policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := toolgate(t, "", "audit", "verify"); r.code != ExitCompleted {
+		t.Fatalf("audit verify without the policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// A key named but missing, or not a key: usage errors, nothing opened.
+	if r := toolgate(t, "", "--approval-key", filepath.Join(dir, "nope.key"), "intent", "approve", id2, "--yes"); r.code != ExitUsage || !strings.Contains(r.stderr, "keygen") {
+		t.Errorf("a missing key: exit %d\n%s", r.code, r.stderr)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "bad.key"), []byte("not a key\n"), 0o600))
+	if r := toolgate(t, "", "--approval-key", filepath.Join(dir, "bad.key"), "run", "file.read", "--input", `{"path":"hello.txt"}`); r.code != ExitUsage {
+		t.Errorf("a malformed key: exit %d\n%s", r.code, r.stderr)
+	}
+}
