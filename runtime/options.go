@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -10,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // Options configure a Runtime. A nil *Options means DefaultOptions(); zero
@@ -95,7 +98,48 @@ type Options struct {
 	// it is recovered and the proposal still succeeds. It never changes the
 	// proposal's outcome.
 	OnPropose func(*Intent)
+
+	// Node names this runtime among the nodes sharing a Postgres database
+	// (a postgres:// path; unused with a bbolt file): the executions it
+	// starts are stored under this name, and a runtime opened again under
+	// it finishes at once those its predecessor left running. At most 200
+	// bytes, without control characters. "" means $TOOLGATE_NODE, else a
+	// name of its own at each Open (the host's and a random suffix), whose
+	// leftovers wait for its lease to expire. Two runtimes running under
+	// one name are refused (txn.ErrLocked).
+	Node string
+
+	// Lease is how long this node's lease on a shared Postgres database
+	// lasts without renewal; it is renewed every Lease/3. A node that
+	// cannot renew it starts no execution until it can; another node
+	// finishes what a dead node left once its lease has expired. At least
+	// txn.MinLease (100ms); zero means $TOOLGATE_LEASE, else
+	// txn.DefaultLease (15s). Unused with a bbolt file.
+	Lease time.Duration
+
+	// Logger receives what no call returns and an operator should see: on
+	// a shared Postgres database, this node's lease lapsing (level Warn,
+	// "lease lapsed; ...", with the attribute "reason") and renewed (Info,
+	// "lease renewed; ..."), and failures of the background work that
+	// finishes the executions of expired nodes (Error, with "error"). Each
+	// record carries the node's name as the attribute "node". nil means
+	// txn.DefaultLogger(): lines of the standard log package on stderr, as
+	// toolgate has always written them.
+	Logger *slog.Logger
 }
+
+// OptionError reports an Options field that cannot work. Validate and Open
+// return it (joined with the others found, see errors.As) before anything
+// is opened.
+type OptionError struct {
+	Field string // the field's name: "Node", "Lease"
+	Err   error  // why
+}
+
+func (e *OptionError) Error() string {
+	return "runtime: Options." + e.Field + ": " + strings.TrimPrefix(e.Err.Error(), "txn: ")
+}
+func (e *OptionError) Unwrap() error { return e.Err }
 
 // RetryPolicy says when a failed attempt is tried again. Only idempotent
 // tools are retried, and only after a transient ResourceError or a
@@ -145,6 +189,9 @@ func (o *Options) fill() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Logger == nil {
+		o.Logger = txn.DefaultLogger()
+	}
 }
 
 // Validate reports options that cannot work.
@@ -167,6 +214,13 @@ func (o *Options) Validate() error {
 	}
 	if o.OpenTimeout < 0 {
 		errs = append(errs, errors.New("runtime: OpenTimeout must not be negative"))
+	}
+	// The store's own checks, of the values it gets from these fields.
+	if err := (&txn.Options{Node: o.Node}).Validate(); err != nil {
+		errs = append(errs, &OptionError{Field: "Node", Err: err})
+	}
+	if err := (&txn.Options{Lease: o.Lease}).Validate(); err != nil {
+		errs = append(errs, &OptionError{Field: "Lease", Err: err})
 	}
 	return errors.Join(errs...)
 }

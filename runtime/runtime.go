@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -91,7 +91,7 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync})
+	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, Node: o.Node, Lease: o.Lease, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
@@ -161,7 +161,8 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	// once another node has finished that node's executions.
 	store.OnSweep(func(ctx context.Context) {
 		if err := r.settleKeys(ctx, false); err != nil && store.Err() == nil {
-			log.Printf("toolgate: settling the idempotency keys of expired nodes: %v", err)
+			o.Logger.LogAttrs(ctx, slog.LevelError, "settling the idempotency keys of expired nodes",
+				slog.String("node", store.Node()), slog.Any("error", err))
 		}
 	})
 	if err := r.auditLegacyIntents(context.Background()); err != nil {

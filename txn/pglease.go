@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -50,6 +51,13 @@ import (
 // $TOOLGATE_LEASE sets it.
 const DefaultLease = 15 * time.Second
 
+// MinLease is the shortest lease Open accepts, from Options.Lease or
+// $TOOLGATE_LEASE.
+const MinLease = 100 * time.Millisecond
+
+// maxNodeName is the longest node name, in bytes.
+const maxNodeName = 200
+
 // ErrLeaseLost reports that this node's lease on a shared Postgres
 // database has lapsed: it starts no execution until the lease is renewed.
 var ErrLeaseLost = errors.New("txn: this node's lease has expired")
@@ -63,11 +71,14 @@ type pgLease struct {
 	start time.Time    // monotonic base of until
 	until atomic.Int64 // ns after start at which the lease lapses here (a margin before the database's expiry)
 
+	log *slog.Logger // the lease's messages (Options.Logger)
+
 	mu      sync.Mutex
 	held    map[string]struct{} // claims of this run whose Tx may still end them
 	finish  func(*Record) ([]AuditEvent, error)
 	onGone  func(context.Context) // after a sweep (OnSweep)
 	lostMsg string                // why the last renewal failed; "" while the lease holds
+	lapsed  bool                  // "lease lapsed" was logged, and no renewal since
 
 	stop chan struct{}
 	done chan struct{}
@@ -90,8 +101,8 @@ func newLease(opts *Options) (*pgLease, error) {
 		// whichever node sweeps after its lease expires.
 		node = host + "-" + instance[:8]
 	}
-	if len(node) > 200 || strings.ContainsFunc(node, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return nil, fmt.Errorf("txn: node name %q: at most 200 printable characters", node)
+	if err := checkNode(node); err != nil { // Validate checked Options.Node: $TOOLGATE_NODE
+		return nil, fmt.Errorf("txn: TOOLGATE_NODE: %s", strings.TrimPrefix(err.Error(), "txn: "))
 	}
 	lease := opts.Lease
 	if lease == 0 {
@@ -100,21 +111,99 @@ func newLease(opts *Options) (*pgLease, error) {
 			if err != nil || d <= 0 {
 				return nil, fmt.Errorf("txn: TOOLGATE_LEASE=%q: want a positive duration such as 15s", v)
 			}
+			if d < MinLease {
+				return nil, fmt.Errorf("txn: TOOLGATE_LEASE=%q: at least %v", v, MinLease)
+			}
 			lease = d
 		}
 	}
 	if lease == 0 {
 		lease = DefaultLease
 	}
-	if lease < 100*time.Millisecond {
-		return nil, fmt.Errorf("txn: lease %v: at least 100ms", lease)
+	logger := opts.Logger
+	if logger == nil {
+		logger = DefaultLogger()
 	}
 	l := &pgLease{
-		node: node, lease: lease, start: time.Now(), host: host,
+		node: node, lease: lease, start: time.Now(), host: host, log: logger,
 		held: map[string]struct{}{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	l.runID.Store(&instance)
 	return l, nil
+}
+
+// checkNode reports whether node is usable as a node's name.
+func checkNode(node string) error {
+	if len(node) > maxNodeName || strings.ContainsFunc(node, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("txn: node name %q: at most %d bytes, without control characters", node, maxNodeName)
+	}
+	return nil
+}
+
+// checkLease reports whether lease is long enough.
+func checkLease(lease time.Duration) error {
+	switch {
+	case lease < 0:
+		return fmt.Errorf("txn: lease %v is negative", lease)
+	case lease < MinLease:
+		return fmt.Errorf("txn: lease %v is too short: at least %v", lease, MinLease)
+	}
+	return nil
+}
+
+// DefaultLogger returns the logger Open uses when Options.Logger is nil:
+// each record becomes one line of the standard log package (its output,
+// stderr unless log.SetOutput changed it, and its flags), worded as
+// toolgate has always written these messages: "toolgate: node NAME:
+// MESSAGE", the attribute "reason" in parentheses before the message's
+// "; ", and "error" after it. Other attributes and groups are left out.
+func DefaultLogger() *slog.Logger { return slog.New(stdlogHandler{}) }
+
+// stdlogHandler is the handler of DefaultLogger.
+type stdlogHandler struct{ attrs []slog.Attr }
+
+func (stdlogHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h stdlogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return stdlogHandler{append(h.attrs[:len(h.attrs):len(h.attrs)], attrs...)}
+}
+
+func (h stdlogHandler) WithGroup(string) slog.Handler { return h }
+
+func (h stdlogHandler) Handle(_ context.Context, r slog.Record) error {
+	var node, reason, errText string
+	take := func(a slog.Attr) bool {
+		switch a.Key {
+		case "node":
+			node = a.Value.String()
+		case "reason":
+			reason = a.Value.String()
+		case "error":
+			errText = a.Value.String()
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		take(a)
+	}
+	r.Attrs(take)
+	var b strings.Builder
+	b.WriteString("toolgate: ")
+	if node != "" {
+		b.WriteString("node " + node + ": ")
+	}
+	head, tail, semi := strings.Cut(r.Message, "; ")
+	b.WriteString(head)
+	if reason != "" {
+		b.WriteString(" (" + reason + ")")
+	}
+	if semi {
+		b.WriteString("; " + tail)
+	}
+	if errText != "" {
+		b.WriteString(": " + errText)
+	}
+	return log.Output(2, b.String())
 }
 
 // run returns this run's id, the lease row's instance.
@@ -252,16 +341,15 @@ func instanceOf(holder string) string {
 }
 
 // renewed records a renewal sent at t0 (since start): the lease holds here
-// until t0 + lease, less a margin for the clocks' drift.
-func (l *pgLease) renewed(t0 time.Duration) {
+// until t0 + lease, less a margin for the clocks' drift. It reports whether
+// the lease had been logged as lapsed.
+func (l *pgLease) renewed(t0 time.Duration) (wasLapsed bool) {
 	l.until.Store((t0 + l.lease - l.lease/10).Nanoseconds())
 	l.mu.Lock()
-	was := l.lostMsg
-	l.lostMsg = ""
+	wasLapsed = l.lapsed
+	l.lostMsg, l.lapsed = "", false
 	l.mu.Unlock()
-	if was != "" {
-		log.Printf("toolgate: node %s: lease renewed; it starts executions again", l.node)
-	}
+	return wasLapsed
 }
 
 // keepLease renews the lease every lease/3 and sweeps what dead nodes (and
@@ -285,7 +373,8 @@ func (p *pgStore) keepLease() {
 			ctx, cancel := context.WithTimeout(context.Background(), l.lease)
 			_, err := p.sweep(ctx, finish, true)
 			if err != nil && !errors.Is(err, ErrClosed) {
-				log.Printf("toolgate: node %s: finishing the executions of expired nodes: %v", l.node, err)
+				l.log.LogAttrs(ctx, slog.LevelError, "finishing the executions of expired nodes",
+					slog.String("node", l.node), slog.Any("error", err))
 			}
 			l.mu.Lock()
 			gone := l.onGone
@@ -311,7 +400,9 @@ func (p *pgStore) renew() {
 	tag, err := p.pool.Exec(ctx, `UPDATE toolgate_nodes SET expires = clock_timestamp() + $3::interval
 		WHERE node = $1 AND instance = $2`, l.node, l.run(), l.interval())
 	if err == nil && tag.RowsAffected() == 1 {
-		l.renewed(t0)
+		if l.renewed(t0) {
+			l.log.LogAttrs(ctx, slog.LevelInfo, "lease renewed; it starts executions again", slog.String("node", l.node))
+		}
 		return
 	}
 	why := "another run under the same node name holds it"
@@ -329,7 +420,8 @@ func (p *pgStore) renew() {
 			liveInstances.Delete(old)
 			l.runID.Store(&next)
 			l.renewed(t0)
-			log.Printf("toolgate: node %s: its lease had lapsed and its executions were finished as interrupted; it runs on under a new lease", l.node)
+			l.log.LogAttrs(ctx, slog.LevelWarn, "its lease had lapsed and its executions were finished as interrupted; it runs on under a new lease",
+				slog.String("node", l.node), slog.String("run", next))
 			l.mu.Lock()
 			gone := l.onGone
 			l.mu.Unlock()
@@ -343,11 +435,19 @@ func (p *pgStore) renew() {
 		why = pgMessage(err)
 	}
 	l.mu.Lock()
-	was := l.lostMsg
 	l.lostMsg = "renewal failed: " + why
 	l.mu.Unlock()
-	if was == "" && l.check() != nil {
-		log.Printf("toolgate: node %s: lease lapsed (%s); it starts no execution until renewed", l.node, why)
+	// Said once a lapse, when it has lapsed here: an earlier renewal that
+	// failed may be followed by one that succeeds in time.
+	if l.check() != nil {
+		l.mu.Lock()
+		say := !l.lapsed
+		l.lapsed = true
+		l.mu.Unlock()
+		if say {
+			l.log.LogAttrs(ctx, slog.LevelWarn, "lease lapsed; it starts no execution until renewed",
+				slog.String("node", l.node), slog.String("reason", why))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -53,15 +54,22 @@ type Options struct {
 	ReadOnly bool
 
 	// Node names this writer among the nodes sharing a Postgres database
-	// (empty: $TOOLGATE_NODE, else a name of its own for each run). A node
-	// restarted under the same name finishes its interrupted executions at
-	// once; others are finished once their lease expires. Unused by bbolt.
+	// (empty: $TOOLGATE_NODE, else a name of its own for each run): at most
+	// 200 bytes, no control characters. A node restarted under the same
+	// name finishes its interrupted executions at once; others are
+	// finished once their lease expires. Unused by bbolt.
 	Node string
 
 	// Lease is how long a node's lease on a shared Postgres database lasts
-	// without renewal (zero: $TOOLGATE_LEASE, else DefaultLease); it is
-	// renewed every Lease/3. Unused by bbolt.
+	// without renewal (zero: $TOOLGATE_LEASE, else DefaultLease); at least
+	// MinLease. It is renewed every Lease/3. Unused by bbolt.
 	Lease time.Duration
+
+	// Logger receives the lease's messages on a shared Postgres database:
+	// its lapse and renewal, and a background sweep that failed. Each
+	// record carries the node's name as the attribute "node". nil means
+	// DefaultLogger(). Unused by bbolt.
+	Logger *slog.Logger
 }
 
 // DefaultOptions returns the options Open uses when given nil.
@@ -74,10 +82,15 @@ func (o *Options) Validate() error {
 	if o != nil && o.Timeout < 0 {
 		return fmt.Errorf("txn: negative lock timeout %v", o.Timeout)
 	}
-	if o != nil && o.Lease < 0 {
-		return fmt.Errorf("txn: negative lease %v", o.Lease)
+	if o == nil {
+		return nil
 	}
-	return nil
+	if o.Lease != 0 {
+		if err := checkLease(o.Lease); err != nil {
+			return err
+		}
+	}
+	return checkNode(o.Node)
 }
 
 // Store is a bbolt-backed store of execution records and tool-visible state.

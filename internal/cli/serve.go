@@ -125,6 +125,7 @@ the config file stores for it.`,
 			cfg.ApplyTo(opts) // the idempotency TTL
 			tel.configure(opts)
 			logger := slog.New(slog.NewTextHandler(stdio.Err, nil))
+			opts.Logger = logger
 			if cpFile != "" { // a checkpoint that cannot be read: the server does not start
 				if _, err := openCheckpoint(cpFile, cpKey); err != nil {
 					return err
