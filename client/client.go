@@ -31,7 +31,8 @@
 //   - An approved intent the server refuses to run (422: its hash does not
 //     match, its tool changed, its record is damaged) is ErrIntentRefused,
 //     not ErrInvalidInput; Error.Code says why: intent_hash_mismatch,
-//     intent_tool_changed or intent_corrupt.
+//     intent_tool_changed, intent_corrupt or intent_unsigned (the policy
+//     lists approval keys and none of them signed the approval).
 //
 // The caller's trace context (W3C traceparent) is sent with every request,
 // so the server's spans continue the caller's trace.
