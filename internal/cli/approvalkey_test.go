@@ -87,7 +87,11 @@ func TestIntent_SignedApprovals(t *testing.T) {
 		t.Errorf("a missing key: exit %d\n%s", r.code, r.stderr)
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "bad.key"), []byte("not a key\n"), 0o600))
-	if r := toolgate(t, "", "--approval-key", filepath.Join(dir, "bad.key"), "run", "file.read", "--input", `{"path":"hello.txt"}`); r.code != ExitUsage {
+	if r := toolgate(t, "", "--approval-key", filepath.Join(dir, "bad.key"), "intent", "reject", id2, "--reason", "no"); r.code != ExitUsage || !strings.Contains(r.stderr, "bad.key") {
 		t.Errorf("a malformed key: exit %d\n%s", r.code, r.stderr)
+	}
+	// Commands that decide nothing do not read the key.
+	if r := toolgate(t, "", "--approval-key", filepath.Join(dir, "bad.key"), "run", "file.read", "--input", `{"path":"hello.txt"}`, "--allow", "filesystem.read:."); r.code != ExitCompleted {
+		t.Errorf("run with a malformed approval key: exit %d\n%s", r.code, r.stderr)
 	}
 }

@@ -242,6 +242,7 @@ type globals struct {
 	wait         time.Duration // --wait: how long to wait for a database another process holds
 	token        string        // --token: for a server that holds the database (see holder.go)
 	approvalKey  string        // --approval-key: signs decisions on intents (see approvalkey.go)
+	decides      bool          // the command records decisions on intents: open loads the approval key
 
 	cmd  *cobra.Command // the command running
 	addr string         // the address serve or mcp --http listens on, for the holder file

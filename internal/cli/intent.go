@@ -365,6 +365,7 @@ without --yes, nothing is approved. A decision is final.`,
 			if err := g.intentDatabase(args[0]); err != nil {
 				return err
 			}
+			g.decides = true // the decision is signed with the approval key, if any
 			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Intent(cmd.Context(), args[0])
 				if err != nil {
@@ -420,6 +421,7 @@ func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 			if err := g.intentDatabase(args[0]); err != nil {
 				return err
 			}
+			g.decides = true // the decision is signed with the approval key, if any
 			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Reject(cmd.Context(), args[0], by, reason)
 				if err != nil {

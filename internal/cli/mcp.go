@@ -117,6 +117,7 @@ than one made out of band; it is off unless you turn it on.`,
 				cfg.ApplyTo(opts) // the idempotency TTL, as for toolgate serve
 			}
 			tel.configure(opts)
+			g.decides = true // its approvers' decisions are signed with the approval key, if any
 			rt, err := g.open(opts)
 			if err != nil {
 				return err

@@ -218,7 +218,7 @@ func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
 		}
 		opts.Registry = reg
 	}
-	if opts.ApprovalKey == nil {
+	if opts.ApprovalKey == nil && g.decides {
 		if opts.ApprovalKey, err = g.loadApprovalKey(); err != nil {
 			return nil, err
 		}

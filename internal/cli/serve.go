@@ -140,6 +140,7 @@ the config file stores for it.`,
 				}
 			}
 			g.addr, g.api = l.Addr().String(), "http" // for the holder file
+			g.decides = true                          // its approvers' decisions are signed with the approval key, if any
 			rt, err := g.open(opts)
 			if err != nil {
 				return err
