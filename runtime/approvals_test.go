@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -254,5 +256,35 @@ func TestApprovals_MalformedPolicyKey(t *testing.T) {
 	_, err = tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Policy: p, NoSync: true})
 	if err == nil || !strings.Contains(err.Error(), `approval key "alice+00000000+AQ==" for "alice"`) {
 		t.Fatalf("Open: %v", err)
+	}
+}
+
+// The stored decision names its signer, as its event does: a signer
+// removed from the stored decision (to pass a signed approval off as
+// another's, or hide who signed) is a discrepancy.
+func TestApprovals_StoredSignerMatchesTheLog(t *testing.T) {
+	ctx := context.Background()
+	alice := newKey(t, "alice")
+	policy := keyedPolicy(t, map[string][]*audit.SigningKey{"alice": {alice}})
+	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	rt := db.open(policy, alice)
+	in := propose(t, rt)
+	got, err := rt.Approve(ctx, in.ID, "alice")
+	if err != nil || got.Decision.Signer != alice.Verifier().String() {
+		t.Fatalf("approve: %+v, %v; want the decision signed by alice's key", got.Decision, err)
+	}
+	rt.Close(ctx)
+	tamper(t, db.path, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("state")).Bucket([]byte("toolgate.intent.decisions"))
+		var d map[string]any
+		if err := json.Unmarshal(b.Get([]byte(in.ID)), &d); err != nil {
+			return err
+		}
+		delete(d, "signer")
+		v, _ := json.Marshal(d)
+		return b.Put([]byte(in.ID), v)
+	})
+	if ds := db.verify(nil); !hasDiscrepancy(ds, "intent", in.ID, "decision") {
+		t.Errorf("a signer removed from the stored decision: %v", ds)
 	}
 }

@@ -66,6 +66,10 @@ type IntentDecision struct {
 	// CLI, the HTTP API): "elicitation" when the MCP client of the
 	// approver's own session asked its user (see ApproveVia).
 	Via string `json:"via,omitempty"`
+	// Signer is the verifier key that signed the decision (Options.
+	// ApprovalKey; its signature is in the decision's audit event), empty
+	// for an unsigned one.
+	Signer string `json:"signer,omitempty"`
 }
 
 // IntentExecution is the one execution of an approved intent: written in
@@ -247,10 +251,6 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 		return nil, err
 	}
 	d.At = r.opts.Now().UTC()
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
 	action := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Via: d.Via}
 	if d.Approved {
 		action.Action = audit.IntentApproved
@@ -260,8 +260,13 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 		if err := k.SignDecision(&e); err != nil {
 			return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: Message(err)}
 		}
+		d.Signer = e.Intent.Signer
 	}
 	ev := txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
 	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		if _, ok := v.Get(nsIntents, id); !ok {
 			return &IntentError{Code: "intent_not_found", IntentID: id, Reason: "no such intent"}

@@ -383,6 +383,8 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 			bad("decision", "the stored reason differs from the audit log's")
 		case d.Via != decision.Intent.Via:
 			bad("decision", "the store says it was decided via %q, the audit log via %q", d.Via, decision.Intent.Via)
+		case d.Signer != decision.Intent.Signer:
+			bad("decision", "the store says it was signed by %q, the audit log by %q", d.Signer, decision.Intent.Signer)
 		case d.At.UnixMilli() != decision.Timestamp:
 			bad("decision", "the store says it was decided at %s, the audit log %s",
 				d.At.UTC().Format(time.RFC3339Nano), time.UnixMilli(decision.Timestamp).UTC().Format(time.RFC3339Nano))

@@ -55,6 +55,9 @@ func TestIntent_SignedApprovals(t *testing.T) {
 	if r := runIntent(id, hash); r.code != ExitCompleted || !strings.Contains(r.stdout, "hello") {
 		t.Fatalf("a signed approval did not run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	if r := toolgate(t, "", "intent", "show", id); !strings.Contains(r.stdout, "approved by alice, signed with key alice") {
+		t.Errorf("intent show does not say who signed:\n%s", r.stdout)
+	}
 
 	// Under the keyed policy, an approval it would not count is refused.
 	id2, hash2 := propose(t, "file.read", "--input", `{"path":"hello.txt"}`)

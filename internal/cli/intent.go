@@ -226,13 +226,20 @@ type historyEntry struct {
 func intentHistory(it *tgruntime.Intent) []historyEntry {
 	h := []historyEntry{{it.ProposedAt, "proposed by " + it.Proposer}}
 	if d := it.Decision; d != nil {
-		if d.Approved && d.Via != "" {
-			h = append(h, historyEntry{d.At, "approved by " + d.By + " via " + d.Via})
-		} else if d.Approved {
-			h = append(h, historyEntry{d.At, "approved by " + d.By})
-		} else {
-			h = append(h, historyEntry{d.At, "rejected by " + d.By + ": " + d.Reason})
+		what := "rejected by " + d.By
+		if d.Approved {
+			what = "approved by " + d.By
 		}
+		if d.Via != "" {
+			what += " via " + d.Via
+		}
+		if name, _, ok := strings.Cut(d.Signer, "+"); ok {
+			what += ", signed with key " + name // its fingerprint: intent show --json
+		}
+		if !d.Approved {
+			what += ": " + d.Reason
+		}
+		h = append(h, historyEntry{d.At, what})
 	}
 	if x := it.Execution; x != nil {
 		h = append(h, historyEntry{x.At, fmt.Sprintf("executed by %s: execution %s ('toolgate show %s')", x.Principal, x.ExecutionID, x.ExecutionID)})
