@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// LoginLimits bound failed logins (token guessing); zero fields mean
+	// their defaults.
+	LoginLimits LoginLimits
 }
 
 // UI serves the web UI.
@@ -74,6 +78,7 @@ type UI struct {
 	cfg      *server.Config
 	opts     Options
 	sessions *sessions
+	logins   *loginLimiter
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
 	log      *slog.Logger
@@ -111,6 +116,7 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 		u.opts.JaegerURL = strings.TrimSuffix(j, "/")
 	}
 	u.sessions = newSessions(u.opts.SessionTTL, u.opts.Now)
+	u.logins = newLoginLimiter(u.opts.LoginLimits, u.opts.Now)
 	if err := u.parse(); err != nil {
 		return nil, err
 	}
@@ -220,9 +226,22 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
+	addr := clientAddr(r)
+	done, wait, overall := u.logins.admit(addr)
+	if done == nil {
+		// Too many failures: the token is not looked at, whatever it is.
+		secs := retryAfter(wait)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		msg := "Too many failed logins from your address: try again in " + inWords(secs) + "."
+		if overall {
+			msg = "Too many failed logins on this server: try again in " + inWords(secs) + "."
+		}
+		u.render(w, r, nil, http.StatusTooManyRequests, "login", map[string]any{"Next": next, "Error": msg})
+		return
+	}
 	who, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostForm.Get("token")))
-	if !ok {
-		u.log.Warn("ui login refused: unknown token", "remote", r.RemoteAddr)
+	if limited := done(!ok); !ok {
+		u.log.Warn("ui login refused: unknown token", "client", addr, "remote", r.RemoteAddr, "limited", limited)
 		u.render(w, r, nil, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That token is not known to this server."})
 		return
 	}
