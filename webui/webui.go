@@ -197,6 +197,7 @@ func (u *UI) authed(h func(http.ResponseWriter, *http.Request, *session)) http.H
 			u.fail(w, r, nil, http.StatusUnauthorized, "Your session has ended: log in again.")
 			return
 		}
+		server.NotePrincipal(w, x.who.Principal)
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 			if err := r.ParseForm(); err != nil || !x.validCSRF(r.PostForm.Get("csrf")) {
@@ -251,6 +252,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.sessions.setCookie(w, r, x)
+	server.NotePrincipal(w, who.Principal)
 	u.log.Info("ui login", "principal", who.Principal, "approver", who.Approver)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
