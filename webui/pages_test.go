@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,7 +128,8 @@ func TestExecutionPage_JaegerLink(t *testing.T) {
 
 // The audit page verifies the log and the records, shows the head, and
 // checks the log against the configured checkpoint: one it extends, one
-// it does not, and one that cannot be read.
+// it does not, and one that cannot be read (each a minute after the last
+// verification, when a view runs a new one).
 func TestAuditPage(t *testing.T) {
 	var cp *audit.Checkpoint
 	var cpErr error
@@ -149,11 +152,60 @@ func TestAuditPage(t *testing.T) {
 	bad := audit.Checkpoint{Size: 1}
 	rand.Read(bad.Hash[:])
 	cp = &bad
+	f.now.d += time.Minute // the last verification is a minute old: a view runs another
 	if _, page := b.get("/ui/audit"); !strings.Contains(page, "Verification failed at event 1") || strings.Contains(page, "The log extends it.") {
 		t.Errorf("a checkpoint the log does not extend:\n%s", page)
 	}
 	cp, cpErr = nil, errors.New("signature does not verify")
+	f.now.d += time.Minute
 	if _, page := b.get("/ui/audit"); !strings.Contains(page, "signature does not verify") {
 		t.Errorf("an unreadable checkpoint:\n%s", page)
+	}
+}
+
+// A verification reads the whole store: views share one (many at once
+// run it once), a view within AuditMaxAge of it shows it again, saying
+// when it ran, and "Verify now" (an approver's, with the CSRF token) runs
+// another whatever its age.
+func TestAuditPage_OneVerificationAtATime(t *testing.T) {
+	var runs atomic.Int64
+	f := newFixture(t, false, nil, &webui.Options{Checkpoint: func() (*audit.Checkpoint, error) { runs.Add(1); return nil, nil }})
+	f.propose(t, agentToken, "a")
+	b := f.browser(t)
+	b.login(aliceToken)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if resp, page := b.get("/ui/audit"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "1 intents") || !strings.Contains(page, `id="verified"`) {
+				t.Errorf("audit page: %d\n%s", resp.StatusCode, page)
+			}
+		})
+	}
+	wg.Wait()
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("8 views at once ran %d verifications, want 1", n)
+	}
+	f.propose(t, agentToken, "b")
+	if _, page := b.get("/ui/audit"); !strings.Contains(page, "1 intents") || runs.Load() != 1 {
+		t.Errorf("a view within a minute ran a verification (%d runs):\n%s", runs.Load(), page)
+	}
+	if resp, _ := b.post("/ui/audit/verify", url.Values{}); resp.StatusCode != http.StatusForbidden || runs.Load() != 1 {
+		t.Errorf("verify now without the CSRF token: %d, %d runs", resp.StatusCode, runs.Load())
+	}
+	if resp, _ := b.post("/ui/audit/verify", url.Values{"csrf": {b.csrf()}}); resp.StatusCode != http.StatusSeeOther || runs.Load() != 2 {
+		t.Fatalf("verify now: %d, %d runs, want 303 and 2", resp.StatusCode, runs.Load())
+	}
+	if _, page := b.get("/ui/audit"); !strings.Contains(page, "2 intents") {
+		t.Errorf("after verify now the page does not show the new verification:\n%s", page)
+	}
+	f.now.d += time.Minute
+	f.propose(t, agentToken, "c")
+	if _, page := b.get("/ui/audit"); !strings.Contains(page, "3 intents") || runs.Load() != 3 {
+		t.Errorf("a view a minute later did not verify again (%d runs):\n%s", runs.Load(), page)
+	}
+	m := f.browser(t)
+	m.login(agentToken)
+	if resp, _ := m.post("/ui/audit/verify", url.Values{"csrf": {m.csrf()}}); resp.StatusCode != http.StatusForbidden || runs.Load() != 3 {
+		t.Errorf("verify now by a non-approver: %d, %d runs", resp.StatusCode, runs.Load())
 	}
 }

@@ -67,6 +67,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// AuditMaxAge is how long the audit page shows a verification of the
+	// store before a view runs another (each reads the whole store; one
+	// runs at a time); default a minute. Its "Verify now" button runs one
+	// whatever the age.
+	AuditMaxAge time.Duration
 	// LoginLimits bound failed logins (token guessing); zero fields mean
 	// their defaults.
 	LoginLimits LoginLimits
@@ -79,6 +84,7 @@ type UI struct {
 	opts     Options
 	sessions *sessions
 	logins   *loginLimiter
+	audits   auditRuns
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
 	log      *slog.Logger
@@ -100,6 +106,9 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 	}
 	if u.opts.SessionTTL <= 0 {
 		u.opts.SessionTTL = 8 * time.Hour
+	}
+	if u.opts.AuditMaxAge <= 0 {
+		u.opts.AuditMaxAge = time.Minute
 	}
 	if u.opts.Now == nil {
 		u.opts.Now = time.Now
@@ -141,6 +150,7 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 		{"GET /ui/executions", u.authed(u.executionsPage)},
 		{"GET /ui/executions/{id}", u.authed(u.executionPage)},
 		{"GET /ui/audit", u.authed(u.auditPage)},
+		{"POST /ui/audit/verify", u.authed(u.auditNow)},
 	}
 	for _, rt := range routes {
 		u.mux.HandleFunc(rt.pattern, rt.h)
