@@ -11,7 +11,10 @@
 // random id). Every form that changes something carries the session's CSRF
 // token, and every answer has a Content-Security-Policy that allows no
 // inline script and nothing from another origin. The one script, served as
-// a file, refreshes the pending intents; nothing needs it.
+// a file, refreshes the pending intents; nothing needs it. Failed logins
+// are limited per client address and overall (LoginLimits); the lists
+// show a page at a time; the audit page's verification, which reads the
+// whole store, runs once for all its views (Options.AuditMaxAge).
 //
 // What a token sees is what the HTTP API shows it: an approver every intent
 // and execution, any other principal only its own; only approvers decide
