@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"sync"
@@ -26,6 +27,7 @@ type auditResult struct {
 	data     map[string]any // the page's fields
 	err      error          // the store could not be read
 	at, done time.Time      // when it started and ended
+	cp       string         // the checkpoint it checked the log against: checkpointKey
 }
 
 // auditRuns keeps the last verification and the one running. A
@@ -39,12 +41,20 @@ type auditRuns struct {
 	running chan struct{} // closed when the running verification ends; nil when none runs
 }
 
-// auditResult returns a verification at most AuditMaxAge old (now when
-// now is set): the last one, the running one, or a new one.
+// auditResult returns a verification at most AuditMaxAge old against the
+// checkpoint configured now (a new one when now is set): the last one, the
+// running one, or a new one. The checkpoint is read on each call: a new
+// one is verified at once.
 func (u *UI) auditResult(r *http.Request, now bool) (*auditResult, error) {
+	var cp *audit.Checkpoint
+	var cpErr error
+	if u.opts.Checkpoint != nil {
+		cp, cpErr = u.opts.Checkpoint()
+	}
+	key := checkpointKey(u.opts.Checkpoint != nil, cp, cpErr)
 	a := &u.audits
 	a.mu.Lock()
-	if last := a.last; last != nil && last.err == nil && !now && u.opts.Now().Sub(last.done) < u.opts.AuditMaxAge {
+	if last := a.last; last != nil && last.err == nil && !now && last.cp == key && u.opts.Now().Sub(last.done) < u.opts.AuditMaxAge {
 		a.mu.Unlock()
 		return last, nil
 	}
@@ -57,8 +67,8 @@ func (u *UI) auditResult(r *http.Request, now bool) (*auditResult, error) {
 			// too, and a person who leaves the page stops nothing.
 			ctx, cancel := context.WithTimeout(context.Background(), auditRunTimeout)
 			defer cancel()
-			res := &auditResult{at: u.opts.Now()}
-			res.data, res.err = u.verifyAudit(ctx)
+			res := &auditResult{at: u.opts.Now(), cp: key}
+			res.data, res.err = u.verifyAudit(ctx, cp, cpErr)
 			res.done = u.opts.Now()
 			a.mu.Lock()
 			a.last, a.running = res, nil
@@ -77,19 +87,31 @@ func (u *UI) auditResult(r *http.Request, now bool) (*auditResult, error) {
 	return a.last, a.last.err
 }
 
-// verifyAudit verifies the audit log (against the checkpoint, if one is
-// configured) and the records against it.
-func (u *UI) verifyAudit(ctx context.Context) (map[string]any, error) {
+// checkpointKey tells apart the checkpoints a verification may have
+// checked the log against.
+func checkpointKey(configured bool, cp *audit.Checkpoint, err error) string {
+	switch {
+	case !configured:
+		return ""
+	case err != nil:
+		return "error: " + err.Error()
+	case cp == nil:
+		return "none"
+	}
+	return fmt.Sprintf("%d %x", cp.Size, cp.Hash)
+}
+
+// verifyAudit verifies the audit log (against the checkpoint cp, if one is
+// configured; cpErr if it could not be read) and the records against it.
+func (u *UI) verifyAudit(ctx context.Context, cp *audit.Checkpoint, cpErr error) (map[string]any, error) {
 	data := map[string]any{}
-	var cp *audit.Checkpoint
 	if u.opts.Checkpoint != nil {
 		data["CheckpointConfigured"] = true
-		c, err := u.opts.Checkpoint()
-		if err != nil {
-			data["CheckpointError"] = err.Error()
-		} else if c != nil {
-			cp = c
-			data["Checkpoint"] = map[string]any{"Size": c.Size, "Hash": hex.EncodeToString(c.Hash[:])}
+		if cpErr != nil {
+			data["CheckpointError"] = cpErr.Error()
+			cp = nil
+		} else if cp != nil {
+			data["Checkpoint"] = map[string]any{"Size": cp.Size, "Hash": hex.EncodeToString(cp.Hash[:])}
 		}
 	}
 	v := &audit.Verifier{Checkpoint: cp}

@@ -72,8 +72,8 @@ type Options struct {
 	Now func() time.Time
 	// AuditMaxAge is how long the audit page shows a verification of the
 	// store before a view runs another (each reads the whole store; one
-	// runs at a time); default a minute. Its "Verify now" button runs one
-	// whatever the age.
+	// runs at a time); default a minute. A changed checkpoint, or its
+	// "Verify now" button, runs one whatever the age.
 	AuditMaxAge time.Duration
 	// LoginLimits bound failed logins (token guessing); zero fields mean
 	// their defaults.
