@@ -4,6 +4,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // logWriter records what the request log says about a request: its status,
@@ -61,4 +64,42 @@ func requestLog(log *slog.Logger, h http.Handler) http.Handler {
 		}()
 		h.ServeHTTP(lw, r)
 	})
+}
+
+// NotePrincipal tells the request log who made the request, once a handler
+// served through [Instrument] has authenticated it.
+func NotePrincipal(w http.ResponseWriter, principal string) { noted(w).principal = principal }
+
+// Instrument is h served as the server serves its API: a span per request
+// (with opts' tracer and meter providers; a caller's traceparent is its
+// parent; named by the pattern of the route that served it) and, with
+// opts.RequestLog, one request-log line once answered. The handlers of
+// Options.Handlers are served as they are: toolgate serve mounts its web
+// UI through Instrument. opts nil means neither a log nor providers of its
+// own (the global ones).
+func Instrument(h http.Handler, opts *Options) http.Handler {
+	if opts != nil && opts.RequestLog != nil {
+		h = requestLog(opts.RequestLog, h)
+	}
+	return otelhttp.NewHandler(h, "toolgate", handlerOptions(opts)...)
+}
+
+// handlerOptions are the options of the server's otelhttp handlers: W3C
+// trace context whatever the global propagator is (a caller's traceparent
+// makes the server span its child), opts' providers, spans named by their
+// route's pattern.
+func handlerOptions(opts *Options) []otelhttp.Option {
+	hopts := []otelhttp.Option{otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))}
+	if opts != nil && opts.TracerProvider != nil {
+		hopts = append(hopts, otelhttp.WithTracerProvider(opts.TracerProvider))
+	}
+	if opts != nil && opts.MeterProvider != nil {
+		hopts = append(hopts, otelhttp.WithMeterProvider(opts.MeterProvider))
+	}
+	return append(hopts, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		if r.Pattern != "" {
+			return r.Pattern // "POST /v1/tools/{name}/execute": low cardinality
+		}
+		return r.Method
+	}))
 }

@@ -2,18 +2,19 @@ package webui
 
 import (
 	"bytes"
-	"encoding/hex"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/explain"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -145,34 +146,72 @@ func processOf(reg *tools.Registry, in *tgruntime.Intent) *tools.ProcessPreview 
 
 var intentStatuses = []string{tgruntime.IntentPending, tgruntime.IntentApproved, tgruntime.IntentRejected, tgruntime.IntentExecuted, "all"}
 
-// visibleIntents are the intents of status the session may see, newest
-// first.
-func (u *UI) visibleIntents(r *http.Request, x *session, status string) ([]intentRow, error) {
+// pageSize is how many rows a list page shows, newest first; an "older"
+// link carries a cursor to the next page.
+const pageSize = 50
+
+// maxCursor bounds a page link's cursor.
+const maxCursor = 128
+
+// intentCursor is where a page of intents starts: below the intent
+// proposed at Nanos with the id ID (the runtime lists intents by proposal
+// time, then id). "" is the first page.
+func intentCursor(in *tgruntime.Intent) string {
+	return strconv.FormatInt(in.ProposedAt.UnixNano(), 10) + "." + in.ID
+}
+
+func parseIntentCursor(s string) (nanos int64, id string, ok bool) {
+	t, id, found := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(t, 10, 64)
+	return n, id, found && err == nil && len(s) <= maxCursor
+}
+
+// visibleIntents are a page of the intents of status the session may see,
+// newest first, from the cursor before on ("" for the newest); next is the
+// cursor of the page after it ("" when it is the last).
+func (u *UI) visibleIntents(r *http.Request, x *session, status, before string) (rows []intentRow, next string, err error) {
 	ctx, cancel := u.ctx(r)
 	defer cancel()
 	f := tgruntime.IntentFilter{Status: status}
 	if status == "all" {
 		f.Status = ""
 	}
+	// The runtime reads every intent of the status (it has no cursor nor
+	// limit): the page is bounded, the read is not.
 	all, err := u.rt.Intents(ctx, f)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	rows := []intentRow{}
+	end := len(all)
+	if nanos, id, ok := parseIntentCursor(before); ok {
+		end, _ = slices.BinarySearchFunc(all, id, func(in *tgruntime.Intent, id string) int {
+			if d := cmp.Compare(in.ProposedAt.UnixNano(), nanos); d != 0 {
+				return d
+			}
+			return strings.Compare(in.ID, id)
+		})
+	}
+	rows = []intentRow{}
 	now := u.opts.Now()
-	for i := len(all) - 1; i >= 0; i-- {
+	last := -1 // the index of the last row's intent
+	for i := end - 1; i >= 0; i-- {
 		in := all[i]
-		if !x.sees(in.Proposer) {
+		switch {
+		case !x.sees(in.Proposer):
 			continue
+		case len(rows) == pageSize:
+			return rows, intentCursor(all[last]), nil
 		}
 		rows = append(rows, intentRow{ID: in.ID, Tool: in.Tool, Version: in.Version, Proposer: in.Proposer, Status: in.Status,
 			Preview: u.preview(in), Link: prefix + "intents/" + in.ID, ProposedAt: in.ProposedAt, Age: ago(now.Sub(in.ProposedAt))})
+		last = i
 	}
-	return rows, nil
+	return rows, "", nil
 }
 
 func (u *UI) intentsPage(w http.ResponseWriter, r *http.Request, x *session) {
-	status := r.URL.Query().Get("status")
+	q := r.URL.Query()
+	status, before := q.Get("status"), q.Get("before")
 	if status == "" {
 		status = tgruntime.IntentPending
 	}
@@ -180,7 +219,11 @@ func (u *UI) intentsPage(w http.ResponseWriter, r *http.Request, x *session) {
 		u.fail(w, r, x, http.StatusBadRequest, "Unknown status: choose pending, approved, rejected, executed or all.")
 		return
 	}
-	rows, err := u.visibleIntents(r, x, status)
+	if _, _, ok := parseIntentCursor(before); before != "" && !ok {
+		u.fail(w, r, x, http.StatusBadRequest, "This page link is damaged: go back to the list's first page.")
+		return
+	}
+	rows, next, err := u.visibleIntents(r, x, status, before)
 	if err != nil {
 		u.storeFailed(w, r, x, err)
 		return
@@ -189,19 +232,27 @@ func (u *UI) intentsPage(w http.ResponseWriter, r *http.Request, x *session) {
 	if status != tgruntime.IntentPending {
 		title = "Intents: " + status
 	}
-	u.render(w, r, x, http.StatusOK, "intents", map[string]any{"Title": title, "Rows": rows, "Status": status,
-		"Statuses": intentStatuses, "Live": status == tgruntime.IntentPending})
+	data := map[string]any{"Title": title, "Rows": rows, "Status": status, "Statuses": intentStatuses,
+		"Live": status == tgruntime.IntentPending && before == "", "PageSize": pageSize}
+	if next != "" {
+		data["Older"] = prefix + "intents?" + url.Values{"status": {status}, "before": {next}}.Encode()
+	}
+	if before != "" {
+		data["Newest"] = prefix + "intents?" + url.Values{"status": {status}}.Encode()
+	}
+	u.render(w, r, x, http.StatusOK, "intents", data)
 }
 
-// intentsLive is the pending intents as JSON, for the page's refresh.
+// intentsLive is the newest page of pending intents as JSON, for the
+// page's refresh; more says there are older ones.
 func (u *UI) intentsLive(w http.ResponseWriter, r *http.Request, x *session) {
-	rows, err := u.visibleIntents(r, x, tgruntime.IntentPending)
+	rows, next, err := u.visibleIntents(r, x, tgruntime.IntentPending, "")
 	if err != nil {
 		u.log.Error("ui: reading the store", "path", r.URL.Path, "error", err)
 		http.Error(w, `{"error":"store unavailable"}`, http.StatusServiceUnavailable)
 		return
 	}
-	b, _ := json.Marshal(map[string]any{"intents": rows})
+	b, _ := json.Marshal(map[string]any{"intents": rows, "more": next != ""})
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -329,24 +380,45 @@ func (u *UI) decide(approve bool) func(http.ResponseWriter, *http.Request, *sess
 
 // --- executions
 
-// maxListed bounds the executions a list shows.
-const maxListed = 200
-
 type executionFilter struct {
 	State, Tool, Principal, Since, Until string
+}
+
+// query is the filter as a list link's query, with the page cursor before
+// ("" for the first page).
+func (f executionFilter) query(before string) string {
+	v := url.Values{}
+	for k, x := range map[string]string{"state": f.State, "tool": f.Tool, "principal": f.Principal, "since": f.Since, "until": f.Until, "before": before} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	return v.Encode()
+}
+
+// validExecutionCursor reports whether s may be an execution id, as a
+// page link carries it.
+func validExecutionCursor(s string) bool {
+	return len(s) <= maxCursor && strings.Trim(s, "0123456789abcdef-") == ""
 }
 
 func (u *UI) executionsPage(w http.ResponseWriter, r *http.Request, x *session) {
 	q := r.URL.Query()
 	f := executionFilter{State: q.Get("state"), Tool: strings.TrimSpace(q.Get("tool")), Principal: strings.TrimSpace(q.Get("principal")),
 		Since: strings.TrimSpace(q.Get("since")), Until: strings.TrimSpace(q.Get("until"))}
+	before := q.Get("before")
 	states := []string{}
 	for _, s := range lifecycle.States() {
 		states = append(states, string(s))
 	}
-	data := map[string]any{"Title": "Executions", "Filter": f, "States": states}
+	data := map[string]any{"Title": "Executions", "Filter": f, "States": states, "PageSize": pageSize}
 	if f.State != "" && !slices.Contains(states, f.State) {
 		data["Error"] = "Unknown state " + f.State + "."
+		u.render(w, r, x, http.StatusBadRequest, "executions", data)
+		return
+	}
+	if !validExecutionCursor(before) {
+		data["Error"] = "This page link is damaged: go back to the list's first page."
 		u.render(w, r, x, http.StatusBadRequest, "executions", data)
 		return
 	}
@@ -360,29 +432,37 @@ func (u *UI) executionsPage(w http.ResponseWriter, r *http.Request, x *session) 
 	}
 	ctx, cancel := u.ctx(r)
 	defer cancel()
+	// The runtime lists the records oldest first and has no cursor: it
+	// reads every record of the state and tool. The page is bounded, the
+	// read is not.
 	recs, err := u.rt.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool})
 	if err != nil {
 		u.storeFailed(w, r, x, err)
 		return
 	}
-	var rows []*txn.Record
-	for i := len(recs) - 1; i >= 0; i-- { // newest first
+	end := len(recs) // ids are time-ordered: the page starts below the cursor's
+	if before != "" {
+		end, _ = slices.BinarySearchFunc(recs, before, func(rec *txn.Record, id string) int { return strings.Compare(rec.ExecutionID, id) })
+	}
+	rows := []*txn.Record{}
+	for i := end - 1; i >= 0; i-- { // newest first
 		rec := recs[i]
-		switch {
-		case !x.sees(rec.Principal),
-			f.Principal != "" && rec.Principal != f.Principal,
-			!since.IsZero() && rec.StartedAt.Before(since),
-			!until.IsZero() && !rec.StartedAt.Before(until):
+		if !x.sees(rec.Principal) ||
+			f.Principal != "" && rec.Principal != f.Principal ||
+			!since.IsZero() && rec.StartedAt.Before(since) ||
+			!until.IsZero() && !rec.StartedAt.Before(until) {
 			continue
+		}
+		if len(rows) == pageSize {
+			data["Older"] = prefix + "executions?" + f.query(rows[pageSize-1].ExecutionID)
+			break
 		}
 		rows = append(rows, rec)
 	}
-	data["Total"] = len(rows)
-	if len(rows) > maxListed {
-		rows = rows[:maxListed]
+	if before != "" {
+		data["Newest"] = prefix + "executions?" + f.query("")
 	}
 	data["Rows"] = rows
-	data["Max"] = maxListed
 	u.render(w, r, x, http.StatusOK, "executions", data)
 }
 
@@ -451,62 +531,6 @@ func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, x *session) {
 		data["Parked"] = parked
 	}
 	u.render(w, r, x, http.StatusOK, "execution", data)
-}
-
-// --- audit
-
-// maxShown bounds the discrepancies the audit page lists (all are
-// counted).
-const maxShown = 100
-
-func (u *UI) auditPage(w http.ResponseWriter, r *http.Request, x *session) {
-	if !x.who.Approver {
-		u.fail(w, r, x, http.StatusForbidden, "The audit page is for approvers.")
-		return
-	}
-	ctx, cancel := u.ctx(r)
-	defer cancel()
-	data := map[string]any{"Title": "Audit log"}
-	var cp *audit.Checkpoint
-	if u.opts.Checkpoint != nil {
-		data["CheckpointConfigured"] = true
-		c, err := u.opts.Checkpoint()
-		if err != nil {
-			data["CheckpointError"] = err.Error()
-		} else if c != nil {
-			cp = c
-			data["Checkpoint"] = map[string]any{"Size": c.Size, "Hash": hex.EncodeToString(c.Hash[:])}
-		}
-	}
-	v := &audit.Verifier{Checkpoint: cp}
-	err := u.rt.VerifyAuditLog(ctx, v)
-	var ve *audit.VerifyError
-	switch {
-	case errors.As(err, &ve):
-		data["Bad"] = ve
-	case err != nil:
-		u.storeFailed(w, r, x, err)
-		return
-	default:
-		data["Valid"] = true
-		data["Events"] = v.Len()
-		h := v.Hash()
-		data["Head"] = hex.EncodeToString(h[:])
-	}
-	var found []tgruntime.Discrepancy
-	rep, err := u.rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
-		if len(found) < maxShown {
-			found = append(found, d)
-		}
-		return nil
-	})
-	if err != nil {
-		u.storeFailed(w, r, x, err)
-		return
-	}
-	data["Records"] = rep
-	data["Found"] = found
-	u.render(w, r, x, http.StatusOK, "audit", data)
 }
 
 // --- helpers

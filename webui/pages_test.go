@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +157,81 @@ func TestAuditPage(t *testing.T) {
 	cp, cpErr = nil, errors.New("signature does not verify")
 	if _, page := b.get("/ui/audit"); !strings.Contains(page, "signature does not verify") {
 		t.Errorf("an unreadable checkpoint:\n%s", page)
+	}
+}
+
+// A verification reads the whole store: views share one (many at once
+// run it once), a view within AuditMaxAge of it shows it again, saying
+// when it ran, unless the checkpoint changed; "Verify now" (an
+// approver's, with the CSRF token) runs another whatever its age.
+func TestAuditPage_OneVerificationAtATime(t *testing.T) {
+	var cp atomic.Pointer[audit.Checkpoint]
+	f := newFixture(t, false, nil, &webui.Options{Checkpoint: func() (*audit.Checkpoint, error) { return cp.Load(), nil }})
+	f.propose(t, agentToken, "a")
+	b := f.browser(t)
+	b.login(aliceToken)
+	verifiedAt := regexp.MustCompile(`id="verified">Verified at <time datetime="([^"]+)"`)
+	// view returns the time of the verification the page shows and the
+	// number of intents it counted.
+	view := func() (string, string) {
+		resp, page := b.get("/ui/audit")
+		at, n := verifiedAt.FindStringSubmatch(page), regexp.MustCompile(`(\d+) intents`).FindStringSubmatch(page)
+		if resp.StatusCode != http.StatusOK || at == nil || n == nil {
+			t.Errorf("audit page: %d\n%s", resp.StatusCode, page)
+			return "", ""
+		}
+		return at[1], n[1]
+	}
+	var mu sync.Mutex
+	runs := map[string]bool{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			at, _ := view()
+			mu.Lock()
+			runs[at] = true
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(runs) != 1 {
+		t.Fatalf("8 views at once show %d verifications, want 1: %v", len(runs), runs)
+	}
+	first, _ := view()
+	f.propose(t, agentToken, "b")
+	if at, n := view(); at != first || n != "1" {
+		t.Errorf("a view within a minute: verified at %s (first %s), %s intents; want the first verification shown again", at, first, n)
+	}
+	if resp, _ := b.post("/ui/audit/verify", url.Values{}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("verify now without the CSRF token: %d", resp.StatusCode)
+	}
+	if at, _ := view(); at != first {
+		t.Error("verify now without the CSRF token verified")
+	}
+	if resp, _ := b.post("/ui/audit/verify", url.Values{"csrf": {b.csrf()}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("verify now: %d, want 303", resp.StatusCode)
+	}
+	second, n := view()
+	if second == first || n != "2" {
+		t.Errorf("after verify now: verified at %s (first %s), %s intents; want a new verification counting 2", second, first, n)
+	}
+	f.now.d += time.Minute
+	f.propose(t, agentToken, "c")
+	third, n := view()
+	if third == second || n != "3" {
+		t.Errorf("a view a minute later: verified at %s, %s intents; want a new verification counting 3", third, n)
+	}
+	var v audit.Verifier
+	if err := f.rt.VerifyAuditLog(context.Background(), &v); err != nil {
+		t.Fatal(err)
+	}
+	cp.Store(&audit.Checkpoint{Size: v.Len(), Hash: v.Hash()})
+	if at, _ := view(); at == third {
+		t.Error("a new checkpoint did not make a view verify again")
+	}
+	m := f.browser(t)
+	m.login(agentToken)
+	if resp, _ := m.post("/ui/audit/verify", url.Values{"csrf": {m.csrf()}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("verify now by a non-approver: %d", resp.StatusCode)
 	}
 }

@@ -11,7 +11,10 @@
 // random id). Every form that changes something carries the session's CSRF
 // token, and every answer has a Content-Security-Policy that allows no
 // inline script and nothing from another origin. The one script, served as
-// a file, refreshes the pending intents; nothing needs it.
+// a file, refreshes the pending intents; nothing needs it. Failed logins
+// are limited per client address and overall (LoginLimits); the lists
+// show a page at a time; the audit page's verification, which reads the
+// whole store, runs once for all its views (Options.AuditMaxAge).
 //
 // What a token sees is what the HTTP API shows it: an approver every intent
 // and execution, any other principal only its own; only approvers decide
@@ -28,6 +31,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +70,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// AuditMaxAge is how long the audit page shows a verification of the
+	// store before a view runs another (each reads the whole store; one
+	// runs at a time); default a minute. A changed checkpoint, or its
+	// "Verify now" button, runs one whatever the age.
+	AuditMaxAge time.Duration
+	// LoginLimits bound failed logins (token guessing); zero fields mean
+	// their defaults.
+	LoginLimits LoginLimits
 }
 
 // UI serves the web UI.
@@ -74,6 +86,8 @@ type UI struct {
 	cfg      *server.Config
 	opts     Options
 	sessions *sessions
+	logins   *loginLimiter
+	audits   auditRuns
 	pages    map[string]*template.Template
 	mux      *http.ServeMux
 	log      *slog.Logger
@@ -96,6 +110,9 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 	if u.opts.SessionTTL <= 0 {
 		u.opts.SessionTTL = 8 * time.Hour
 	}
+	if u.opts.AuditMaxAge <= 0 {
+		u.opts.AuditMaxAge = time.Minute
+	}
 	if u.opts.Now == nil {
 		u.opts.Now = time.Now
 	}
@@ -111,6 +128,7 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 		u.opts.JaegerURL = strings.TrimSuffix(j, "/")
 	}
 	u.sessions = newSessions(u.opts.SessionTTL, u.opts.Now)
+	u.logins = newLoginLimiter(u.opts.LoginLimits, u.opts.Now)
 	if err := u.parse(); err != nil {
 		return nil, err
 	}
@@ -135,6 +153,7 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 		{"GET /ui/executions", u.authed(u.executionsPage)},
 		{"GET /ui/executions/{id}", u.authed(u.executionPage)},
 		{"GET /ui/audit", u.authed(u.auditPage)},
+		{"POST /ui/audit/verify", u.authed(u.auditNow)},
 	}
 	for _, rt := range routes {
 		u.mux.HandleFunc(rt.pattern, rt.h)
@@ -191,6 +210,7 @@ func (u *UI) authed(h func(http.ResponseWriter, *http.Request, *session)) http.H
 			u.fail(w, r, nil, http.StatusUnauthorized, "Your session has ended: log in again.")
 			return
 		}
+		server.NotePrincipal(w, x.who.Principal)
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 			if err := r.ParseForm(); err != nil || !x.validCSRF(r.PostForm.Get("csrf")) {
@@ -220,9 +240,22 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
+	addr := clientAddr(r)
+	done, wait, overall := u.logins.admit(addr)
+	if done == nil {
+		// Too many failures: the token is not looked at, whatever it is.
+		secs := retryAfter(wait)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		msg := "Too many failed logins from your address: try again in " + inWords(secs) + "."
+		if overall {
+			msg = "Too many failed logins on this server: try again in " + inWords(secs) + "."
+		}
+		u.render(w, r, nil, http.StatusTooManyRequests, "login", map[string]any{"Next": next, "Error": msg})
+		return
+	}
 	who, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostForm.Get("token")))
-	if !ok {
-		u.log.Warn("ui login refused: unknown token", "remote", r.RemoteAddr)
+	if limited := done(!ok); !ok {
+		u.log.Warn("ui login refused: unknown token", "client", addr, "remote", r.RemoteAddr, "limited", limited)
 		u.render(w, r, nil, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That token is not known to this server."})
 		return
 	}
@@ -232,6 +265,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.sessions.setCookie(w, r, x)
+	server.NotePrincipal(w, who.Principal)
 	u.log.Info("ui login", "principal", who.Principal, "approver", who.Approver)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }

@@ -77,7 +77,7 @@ grace period, abort the rest (recorded ABORTED, ROLLED_BACK), close the store.
 A store that fails (a full disk, a read-only file system) is logged once on
 stderr with what to fix; /readyz answers 503 until the server is restarted.
 
-Each request is logged on stderr once answered, one structured line
+Each request (the web UI's too) is logged on stderr once answered, one structured line
 (msg=request method path principal status executionId duration);
 --no-request-log turns that off.
 
@@ -179,7 +179,8 @@ the config file stores for it.`,
 					rt.Close(cmd.Context())
 					return usageErr("%v", err)
 				}
-				sopts.Handlers = map[string]http.Handler{"/ui/": ui}
+				// Its requests are logged and traced as the API's are.
+				sopts.Handlers = map[string]http.Handler{"/ui/": server.Instrument(ui, sopts)}
 			}
 			srv, err := server.New(rt, cfg, sopts)
 			if err != nil {

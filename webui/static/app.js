@@ -55,7 +55,8 @@
         });
         body.replaceChildren(fresh);
         empty.hidden = rows.length > 0;
-        document.title = (rows.length ? "(" + rows.length + ") " : "") + "Pending intents · toolgate";
+        var n = rows.length ? "(" + rows.length + (data.more ? "+" : "") + ") " : "";
+        document.title = n + "Pending intents · toolgate";
         status.textContent = "Refreshed at " + new Date().toLocaleTimeString() + ".";
       })
       .catch(function (e) {
