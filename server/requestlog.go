@@ -73,10 +73,9 @@ func NotePrincipal(w http.ResponseWriter, principal string) { noted(w).principal
 // Instrument is h served as the server serves its API: a span per request
 // (with opts' tracer and meter providers; a caller's traceparent is its
 // parent; named by the pattern of the route that served it) and, with
-// opts.RequestLog, one request-log line once answered. The handlers of
-// Options.Handlers are served as they are: toolgate serve mounts its web
-// UI through Instrument. opts nil means neither a log nor providers of its
-// own (the global ones).
+// opts.RequestLog, one request-log line once answered. The server serves
+// its API and each of Options.Handlers through it. opts nil means neither
+// a log nor providers of its own (the global ones).
 func Instrument(h http.Handler, opts *Options) http.Handler {
 	if opts != nil && opts.RequestLog != nil {
 		h = requestLog(opts.RequestLog, h)

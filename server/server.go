@@ -35,9 +35,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
@@ -81,8 +79,9 @@ type Options struct {
 	RequestLog *slog.Logger
 	// Handlers are served beside the API, each under its path prefix
 	// (ending in "/", such as "/ui/"; the prefix without its slash too),
-	// ahead of the API's routes and path rules: toolgate serve mounts its
-	// web UI there.
+	// ahead of the API's routes and path rules, with the API's spans and
+	// request log (see Instrument; NotePrincipal names a request's
+	// principal in the log): toolgate serve mounts its web UI there.
 	Handlers map[string]http.Handler
 }
 
@@ -141,28 +140,16 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "No such endpoint", r.Method+" "+r.URL.Path+" is not an endpoint of this server", nil)
 	})
-	// W3C trace context, whatever the global propagator is: a caller's
-	// traceparent makes the server span its child.
-	hopts := []otelhttp.Option{otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))}
-	if opts != nil && opts.TracerProvider != nil {
-		hopts = append(hopts, otelhttp.WithTracerProvider(opts.TracerProvider))
-	}
-	if opts != nil && opts.MeterProvider != nil {
-		hopts = append(hopts, otelhttp.WithMeterProvider(opts.MeterProvider))
-	}
-	hopts = append(hopts, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		if r.Pattern != "" {
-			return r.Pattern // "POST /v1/tools/{name}/execute": low cardinality
-		}
-		return r.Method
-	}))
-	var h http.Handler = recoverer(mux)
-	if opts != nil && opts.RequestLog != nil {
-		h = requestLog(opts.RequestLog, h) // outside recoverer: a panic's 500 is logged too
-	}
-	s.handler = otelhttp.NewHandler(h, "toolgate", hopts...)
+	// A span per request (W3C trace context continued) and the request
+	// log, outside recoverer: a panic's 500 is logged too.
+	s.handler = Instrument(recoverer(mux), opts)
 	if opts != nil && len(opts.Handlers) > 0 {
-		api, mounts := s.handler, opts.Handlers
+		// Mounted handlers (the web UI) get the same spans and request log.
+		mounts := make(map[string]http.Handler, len(opts.Handlers))
+		for prefix, h := range opts.Handlers {
+			mounts[prefix] = Instrument(h, opts)
+		}
+		api := s.handler
 		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for prefix, h := range mounts {
 				if strings.HasPrefix(r.URL.Path, prefix) || r.URL.Path == strings.TrimSuffix(prefix, "/") {

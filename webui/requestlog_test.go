@@ -17,7 +17,7 @@ import (
 )
 
 // instrumented serves f's UI as toolgate serve does, through
-// server.Instrument with a request log and a tracer; it returns a fixture
+// a server with a request log and a tracer; it returns a fixture
 // reaching that server, the log and the spans.
 func instrumented(t *testing.T, f *fixture) (*fixture, *logBuffer, *tracetest.SpanRecorder) {
 	t.Helper()
@@ -26,7 +26,7 @@ func instrumented(t *testing.T, f *fixture) (*fixture, *logBuffer, *tracetest.Sp
 	spans := tracetest.NewSpanRecorder()
 	sopts := &server.Options{Logger: logger, RequestLog: logger,
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))}
-	sopts.Handlers = map[string]http.Handler{"/ui/": server.Instrument(f.ui, sopts)}
+	sopts.Handlers = map[string]http.Handler{"/ui/": f.ui} // the server instruments what it mounts
 	srv, err := server.New(f.rt, testConfig(), sopts)
 	if err != nil {
 		t.Fatal(err)

