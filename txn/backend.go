@@ -60,6 +60,9 @@ type backend interface {
 	// order (a final record and a claim under one id: the final one),
 	// until it returns false.
 	walk(ctx context.Context, after string, fn func(id string, data []byte) bool) error
+	// walkBack is walk in reverse: the records whose ids sort before
+	// before (all of them when it is empty), last first.
+	walkBack(ctx context.Context, before string, fn func(id string, data []byte) bool) error
 	// stateValue, statePage and stateScan read committed state.
 	stateValue(ctx context.Context, namespace, key string) ([]byte, bool, error)
 	statePage(ctx context.Context, namespace, after string, n int) ([]Entry, error)

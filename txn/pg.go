@@ -846,10 +846,27 @@ func (p *pgStore) readErr(ctx context.Context, err error) error {
 }
 
 func (p *pgStore) walk(ctx context.Context, after string, fn func(id string, data []byte) bool) error {
+	return p.walkQuery(ctx, `SELECT id, data FROM toolgate_executions WHERE id > $1 ORDER BY id`, []byte(after), fn)
+}
+
+func (p *pgStore) walkBack(ctx context.Context, before string, fn func(id string, data []byte) bool) error {
+	if before == "" {
+		return p.walkQuery(ctx, `SELECT id, data FROM toolgate_executions ORDER BY id DESC`, nil, fn)
+	}
+	return p.walkQuery(ctx, `SELECT id, data FROM toolgate_executions WHERE id < $1 ORDER BY id DESC`, []byte(before), fn)
+}
+
+// walkQuery calls fn with each row (id, data) of query until it returns
+// false; rows are read as they come.
+func (p *pgStore) walkQuery(ctx context.Context, query string, arg []byte, fn func(id string, data []byte) bool) error {
 	if err := p.ready(ctx); err != nil {
 		return err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id, data FROM toolgate_executions WHERE id > $1 ORDER BY id`, []byte(after))
+	var args []any
+	if arg != nil {
+		args = append(args, arg)
+	}
+	rows, err := p.pool.Query(ctx, query, args...)
 	if err != nil {
 		return p.readErr(ctx, err)
 	}

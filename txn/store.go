@@ -401,6 +401,14 @@ type Filter struct {
 	ToolID string
 	CallID string
 	Limit  int // maximum number of records; zero or negative means no limit
+	// Newest lists newest first (descending execution id) instead of
+	// oldest first.
+	Newest bool
+	// Cursor continues a listing a page at a time: the id of the last
+	// record of the previous page. Only records past it, in the listing's
+	// order, are listed; the walk starts there rather than at the
+	// beginning.
+	Cursor string
 }
 
 func (f *Filter) match(r *Record) bool {
@@ -409,76 +417,112 @@ func (f *Filter) match(r *Record) bool {
 		(f.CallID == "" || r.CallID == f.CallID)
 }
 
-// List returns the records matching f in execution id order. The
-// runtime's execution ids are time-ordered (UUID version 7), so for its
-// records this is creation order, oldest first.
+// List returns the records matching f in execution id order, or in
+// reverse with f.Newest, from past f.Cursor. The runtime's execution ids
+// are time-ordered (UUID version 7), so for its records this is creation
+// order, oldest first. A page of a listing (f.Limit, and f.Cursor for the
+// next) reads from its start to its last record, not the whole store.
 func (s *Store) List(ctx context.Context, f Filter) ([]*Record, error) {
 	var out []*Record
-	if s.be != nil {
-		var derr error
-		err := s.be.walk(ctx, "", func(id string, data []byte) bool {
-			if f.Limit > 0 && len(out) == f.Limit {
-				return false
-			}
-			rec, err := decodeRecord(id, data)
-			if err != nil {
-				derr = err
-				return false
-			}
-			if f.match(rec) {
-				out = append(out, rec)
-			}
-			return true
-		})
-		if err == nil {
-			err = derr
+	var derr error
+	visit := func(id string, data []byte) bool {
+		if f.Limit > 0 && len(out) == f.Limit {
+			return false
 		}
+		rec, err := decodeRecord(id, data)
 		if err != nil {
-			return nil, err
+			derr = err
+			return false
 		}
-		return out, nil
+		if f.match(rec) {
+			out = append(out, rec)
+		}
+		return true
 	}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		// Final records and claims, merged in id order.
-		done := tx.Bucket(bucketExecutions).Cursor()
-		var claims *bolt.Cursor
-		if b := tx.Bucket(bucketExecuting); b != nil {
-			claims = b.Cursor()
-		}
-		dk, dv := done.First()
-		var ck, cv []byte
-		if claims != nil {
-			ck, cv = claims.First()
-		}
-		for dk != nil || ck != nil {
-			if f.Limit > 0 && len(out) == f.Limit {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var id, data []byte
-			if ck == nil || dk != nil && bytes.Compare(dk, ck) < 0 {
-				id, data = dk, dv
-				dk, dv = done.Next()
-			} else {
-				id, data = ck, cv
-				ck, cv = claims.Next()
-			}
-			rec, err := decodeRecord(string(id), data)
-			if err != nil {
-				return err
-			}
-			if f.match(rec) {
-				out = append(out, rec)
-			}
-		}
-		return nil
-	})
+	var err error
+	switch {
+	case s.be != nil && f.Newest:
+		err = s.be.walkBack(ctx, f.Cursor, visit)
+	case s.be != nil:
+		err = s.be.walk(ctx, f.Cursor, visit)
+	default:
+		err = s.view(ctx, func(tx *bolt.Tx) error { return boltWalk(ctx, tx, f.Cursor, f.Newest, visit) })
+	}
+	if err == nil {
+		err = derr
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// boltWalk calls fn with the records (final ones and claims, merged) past
+// cursor, in id order or in reverse, until it returns false.
+func boltWalk(ctx context.Context, tx *bolt.Tx, cursor string, reverse bool, fn func(id string, data []byte) bool) error {
+	start := func(c *bolt.Cursor) ([]byte, []byte) {
+		if c == nil {
+			return nil, nil
+		}
+		switch {
+		case cursor == "" && reverse:
+			return c.Last()
+		case cursor == "":
+			return c.First()
+		}
+		k, v := c.Seek([]byte(cursor))
+		switch {
+		case reverse && k == nil:
+			return c.Last()
+		case reverse: // k >= cursor
+			return c.Prev()
+		case k != nil && string(k) == cursor:
+			return c.Next()
+		}
+		return k, v
+	}
+	step := func(c *bolt.Cursor) ([]byte, []byte) {
+		if reverse {
+			return c.Prev()
+		}
+		return c.Next()
+	}
+	// before reports whether a comes first in the walk's order.
+	before := func(a, b []byte) bool {
+		if reverse {
+			return bytes.Compare(a, b) > 0
+		}
+		return bytes.Compare(a, b) < 0
+	}
+	done := tx.Bucket(bucketExecutions).Cursor()
+	var claims *bolt.Cursor
+	if b := tx.Bucket(bucketExecuting); b != nil {
+		claims = b.Cursor()
+	}
+	dk, dv := start(done)
+	ck, cv := start(claims)
+	for dk != nil || ck != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var id, data []byte
+		switch {
+		case ck == nil || dk != nil && before(dk, ck):
+			id, data = dk, dv
+			dk, dv = step(done)
+		case dk != nil && bytes.Equal(dk, ck): // never both; the final one
+			id, data = dk, dv
+			dk, dv = step(done)
+			ck, cv = step(claims)
+		default:
+			id, data = ck, cv
+			ck, cv = step(claims)
+		}
+		if !fn(string(id), data) {
+			return nil
+		}
+	}
+	return nil
 }
 
 // StateValue reads committed tool-visible state outside any transaction,

@@ -381,6 +381,16 @@ func TestStore_List(t *testing.T) {
 		{"limit after filter", txn.Filter{ToolID: "echo", Limit: 2}, []string{"exec", "mid"}},
 		{"negative limit", txn.Filter{Limit: -1}, []string{"alpha", "beta", "exec", "mid", "zeta"}},
 		{"no match", txn.Filter{State: "COMPLETED"}, []string{}},
+		{"newest", txn.Filter{Newest: true}, []string{"zeta", "mid", "exec", "beta", "alpha"}},
+		{"newest limit", txn.Filter{Newest: true, Limit: 2}, []string{"zeta", "mid"}},
+		{"newest past a cursor", txn.Filter{Newest: true, Cursor: "mid", Limit: 2}, []string{"exec", "beta"}},
+		{"past a cursor", txn.Filter{Cursor: "beta"}, []string{"exec", "mid", "zeta"}},
+		{"past a cursor that is no id", txn.Filter{Cursor: "c"}, []string{"exec", "mid", "zeta"}},
+		{"newest past a cursor that is no id", txn.Filter{Newest: true, Cursor: "c"}, []string{"beta", "alpha"}},
+		{"newest filtered past a cursor", txn.Filter{Newest: true, ToolID: "echo", Cursor: "zeta"}, []string{"mid", "exec"}},
+		{"newest past a claim", txn.Filter{Newest: true, Cursor: "exec"}, []string{"beta", "alpha"}},
+		{"past the end", txn.Filter{Cursor: "zz"}, []string{}},
+		{"newest past the start", txn.Filter{Newest: true, Cursor: "a"}, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
