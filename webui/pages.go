@@ -150,6 +150,9 @@ var intentStatuses = []string{tgruntime.IntentPending, tgruntime.IntentApproved,
 // link carries a cursor to the next page.
 const pageSize = 50
 
+// listChunk is how many records a list page reads at a time.
+const listChunk = 256
+
 // maxCursor bounds a page link's cursor.
 const maxCursor = 128
 
@@ -432,32 +435,34 @@ func (u *UI) executionsPage(w http.ResponseWriter, r *http.Request, x *session) 
 	}
 	ctx, cancel := u.ctx(r)
 	defer cancel()
-	// The runtime lists the records oldest first and has no cursor: it
-	// reads every record of the state and tool. The page is bounded, the
-	// read is not.
-	recs, err := u.rt.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool})
-	if err != nil {
-		u.storeFailed(w, r, x, err)
-		return
-	}
-	end := len(recs) // ids are time-ordered: the page starts below the cursor's
-	if before != "" {
-		end, _ = slices.BinarySearchFunc(recs, before, func(rec *txn.Record, id string) int { return strings.Compare(rec.ExecutionID, id) })
-	}
+	// Newest first from the cursor, a chunk at a time, until the page is
+	// full: the read stops where the page ends (the principal and time
+	// filters are applied here, so a narrow one reads further).
 	rows := []*txn.Record{}
-	for i := end - 1; i >= 0; i-- { // newest first
-		rec := recs[i]
-		if !x.sees(rec.Principal) ||
-			f.Principal != "" && rec.Principal != f.Principal ||
-			!since.IsZero() && rec.StartedAt.Before(since) ||
-			!until.IsZero() && !rec.StartedAt.Before(until) {
-			continue
+	for cursor, full := before, false; !full; {
+		recs, err := u.rt.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool, Newest: true, Cursor: cursor, Limit: listChunk})
+		if err != nil {
+			u.storeFailed(w, r, x, err)
+			return
 		}
-		if len(rows) == pageSize {
-			data["Older"] = prefix + "executions?" + f.query(rows[pageSize-1].ExecutionID)
+		for _, rec := range recs {
+			if !x.sees(rec.Principal) ||
+				f.Principal != "" && rec.Principal != f.Principal ||
+				!since.IsZero() && rec.StartedAt.Before(since) ||
+				!until.IsZero() && !rec.StartedAt.Before(until) {
+				continue
+			}
+			if len(rows) == pageSize {
+				data["Older"] = prefix + "executions?" + f.query(rows[pageSize-1].ExecutionID)
+				full = true
+				break
+			}
+			rows = append(rows, rec)
+		}
+		if len(recs) < listChunk {
 			break
 		}
-		rows = append(rows, rec)
+		cursor = recs[len(recs)-1].ExecutionID
 	}
 	if before != "" {
 		data["Newest"] = prefix + "executions?" + f.query("")
