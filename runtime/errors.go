@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -356,7 +358,14 @@ func Message(err error) string {
 			return
 		}
 		if r, ok := renderGoError(e); ok {
-			if own != r {
+			if pe, ok := e.(*fs.PathError); ok {
+				// A wrapper that said what the error says ("open P: " before
+				// "open P: not a directory") says it once.
+				msg = strings.ReplaceAll(msg, pe.Op+" "+pe.Path+": "+own, own)
+			}
+			// Unless msg says it rendered already (a front end's wrapper
+			// whose text is Message's): "cannot open", not "cannot cannot open".
+			if own != r && (strings.Contains(own, r) || !strings.Contains(msg, r)) {
 				msg = strings.ReplaceAll(msg, own, r)
 			}
 			return // the rendering says all of it
@@ -374,7 +383,35 @@ func Message(err error) string {
 		}
 	}
 	walk(err)
-	return goPrefixes.ReplaceAllString(msg, "$1")
+	return flatFileErrors(goPrefixes.ReplaceAllString(msg, "$1"))
+}
+
+// flatFileError matches a file error's Go form (*fs.PathError's "OP PATH:
+// REASON", REASON a system error's text) in text a wrapper formatted with
+// %v, where a message part begins: Message renders it as it renders the
+// error value ("cannot open PATH: REASON").
+var flatFileError = sync.OnceValue(func() *regexp.Regexp {
+	var reasons []string
+	for n := 1; n < 256; n++ {
+		if r := syscall.Errno(n).Error(); !strings.HasPrefix(r, "errno ") {
+			reasons = append(reasons, regexp.QuoteMeta(r))
+		}
+	}
+	return regexp.MustCompile(`(^|: |; )(` + fileOps + `) (\S.*?): (` + strings.Join(reasons, "|") + `)($|[:;,.)])`)
+})
+
+// fileOps are the operations an *fs.PathError names (fileVerb's cases).
+const fileOps = `open|openat2?|creat|read|pread|readdirent|readdir|getdents(?:64)?|readlink(?:at)?|seek|write|pwrite|sync|fsync|fdatasync|f?truncate|mkdir(?:at)?|remove|unlink(?:at)?|rmdir|rename(?:at2?)?|link(?:at)?|symlink(?:at)?|f?chmod(?:at)?|[fl]?chown(?:at)?|close|stat|lstat|fstat|statat|fstatat|newfstatat`
+
+// flatFileErrors renders the file errors in msg's text (see flatFileError).
+func flatFileErrors(msg string) string {
+	if !strings.Contains(msg, ": ") {
+		return msg
+	}
+	return flatFileError().ReplaceAllStringFunc(msg, func(m string) string {
+		sub := flatFileError().FindStringSubmatch(m)
+		return sub[1] + "cannot " + fileVerb(sub[2]) + " " + sub[3] + ": " + sub[4] + sub[5]
+	})
 }
 
 // goPackages are the packages whose prefix Message drops: toolgate's own,
