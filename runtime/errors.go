@@ -445,7 +445,7 @@ func renderGoError(e error) (string, bool) {
 		if e.Field != "" {
 			where = fmt.Sprintf("the value of %q", e.Field)
 		}
-		return fmt.Sprintf("%s is %s where %s is expected", where, jsonKind(e.Value), jsonTypeOf(e.Type)), true
+		return fmt.Sprintf("%s is %s where %s is expected", where, JSONKind(e.Value), jsonTypeOf(e.Type)), true
 	case *strconv.NumError:
 		want := "a number"
 		switch e.Func {
@@ -492,19 +492,26 @@ func fileVerb(op string) string {
 	return "access" // stat, lstat, fstat, statat, fstatat, ...
 }
 
-// jsonKind names a JSON value's kind as encoding/json reports it.
-func jsonKind(v string) string {
+// JSONKind names, for the person who reads it, the kind of a JSON value
+// as encoding/json reports it in a *json.UnmarshalTypeError's Value
+// ("object", "array", "bool", "number", "number 1e999", "string",
+// "null"): "an object", "an array", "a boolean", "a number", "a string",
+// "null". Every message toolgate shows about a JSON value of the wrong
+// kind (Message's, the HTTP boundary's) names the kind with it.
+func JSONKind(v string) string {
 	switch {
 	case v == "object", v == "array":
 		return "an " + v
 	case v == "bool":
-		return "true or false"
+		return "a boolean"
 	case v == "null":
 		return "null"
 	case strings.HasPrefix(v, "number"):
 		return "a number"
+	case v == "string":
+		return "a string"
 	}
-	return "a " + v
+	return v
 }
 
 // jsonTypeOf names what a Go type holds, in JSON's terms.

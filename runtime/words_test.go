@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,6 +40,26 @@ func TestMessage_FileErrorsOnce(t *testing.T) {
 		if got := runtime.Message(tc.err); got != tc.want {
 			t.Errorf("Message(%q)\n = %q\nwant %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// JSONKind is the one wording of a JSON value's kind: Message's for a
+// decoding error, and the HTTP boundary's (server) for a request body.
+func TestJSONKind(t *testing.T) {
+	for v, want := range map[string]string{
+		"object": "an object", "array": "an array", "bool": "a boolean", "null": "null",
+		"number": "a number", "number 1e999": "a number", "number -5": "a number", "string": "a string",
+	} {
+		if got := runtime.JSONKind(v); got != want {
+			t.Errorf("JSONKind(%q) = %q, want %q", v, got, want)
+		}
+	}
+	var v struct {
+		Flag string `json:"flag"`
+	}
+	err := json.Unmarshal([]byte(`{"flag":true}`), &v)
+	if got, want := runtime.Message(err), `the value of "flag" is a boolean where a string is expected`; got != want {
+		t.Errorf("Message = %q, want %q", got, want)
 	}
 }
 
