@@ -86,3 +86,26 @@ func TestPolicyCheck_Input(t *testing.T) {
 		}
 	})
 }
+
+// examples/registry.yaml's git.status requires what it needs and no more:
+// process.exec:git for every call, and filesystem.read covering the cwd it
+// is given (not an unscoped filesystem.read besides); policy check shows
+// both, and decides a call in a granted directory as allowed.
+func TestPolicyCheck_ExampleRegistry(t *testing.T) {
+	reg, err := filepath.Abs("../../examples/registry.yaml")
+	must(t, err)
+	dir := workdir(t)
+	r := toolgate(t, "", "policy", "check", "--registry", reg, "git.status", "--json")
+	var v checkView
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || !slices.Equal(v.Required, []string{"process.exec:git"}) ||
+		len(v.AlsoRequired) != 1 || v.AlsoRequired[0] != (alsoRequired{"filesystem.read:{cwd}", "cwd"}) {
+		t.Fatalf("exit %d, required %q, also %v (%v)\n%s%s", r.code, v.Required, v.AlsoRequired, err, r.stdout, r.stderr)
+	}
+	r = toolgate(t, "", "policy", "check", "--registry", reg, "git.status", "--json", "--input", `{"cwd":"sub"}`,
+		"--allow", "process.exec:git", "--allow", "filesystem.read:sub")
+	v = checkView{}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || r.code != ExitCompleted ||
+		!slices.Equal(v.Required, []string{"process.exec:git", "filesystem.read:" + filepath.Join(dir, "sub")}) {
+		t.Fatalf("exit %d, required %q (%v)\n%s%s", r.code, v.Required, err, r.stdout, r.stderr)
+	}
+}
