@@ -34,12 +34,12 @@ type check struct {
 func newDoctorCmd(g *globals, stdio Stdio) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Check the database, the policy, and which limits this machine can enforce",
+		Short: "Check the database, the policy, the registry, and which limits this machine can enforce",
 		Long: `Check what toolgate needs and report, for each resource limit, whether this
 machine enforces it and how: ok, fallback (a weaker method, with what it can
 and cannot do), or not_enforced (and why). Nothing is skipped silently.
 Exits 1 when something is broken (the database cannot be opened, the policy
-is invalid), 0 otherwise.`,
+is invalid, the registry file does not load), 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy(), g.checkRegistry()}
