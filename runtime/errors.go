@@ -386,32 +386,71 @@ func Message(err error) string {
 	return flatFileErrors(goPrefixes.ReplaceAllString(msg, "$1"))
 }
 
-// flatFileError matches a file error's Go form (*fs.PathError's "OP PATH:
-// REASON", REASON a system error's text) in text a wrapper formatted with
-// %v, where a message part begins: Message renders it as it renders the
-// error value ("cannot open PATH: REASON").
-var flatFileError = sync.OnceValue(func() *regexp.Regexp {
-	var reasons []string
-	for n := 1; n < 256; n++ {
-		if r := syscall.Errno(n).Error(); !strings.HasPrefix(r, "errno ") {
-			reasons = append(reasons, regexp.QuoteMeta(r))
-		}
-	}
-	return regexp.MustCompile(`(^|: |; )(` + fileOps + `) (\S.*?): (` + strings.Join(reasons, "|") + `)($|[:;,.)])`)
-})
+// fileOpAt matches where a file error's Go form (*fs.PathError's "OP PATH:
+// REASON") may begin in a message: an operation an *fs.PathError names
+// (fileVerb's cases) where a message part begins.
+var fileOpAt = regexp.MustCompile(`(?:^|: |; )(` + fileOps + `) `)
 
-// fileOps are the operations an *fs.PathError names (fileVerb's cases).
 const fileOps = `open|openat2?|creat|read|pread|readdirent|readdir|getdents(?:64)?|readlink(?:at)?|seek|write|pwrite|sync|fsync|fdatasync|f?truncate|mkdir(?:at)?|remove|unlink(?:at)?|rmdir|rename(?:at2?)?|link(?:at)?|symlink(?:at)?|f?chmod(?:at)?|[fl]?chown(?:at)?|close|stat|lstat|fstat|statat|fstatat|newfstatat`
 
-// flatFileErrors renders the file errors in msg's text (see flatFileError).
+// errnoTexts are the system errors' texts, REASON in a file error's Go form.
+var errnoTexts = sync.OnceValue(func() []string {
+	var out []string
+	for n := 1; n < 256; n++ {
+		if r := syscall.Errno(n).Error(); !strings.HasPrefix(r, "errno ") {
+			out = append(out, r)
+		}
+	}
+	return out
+})
+
+// flatFileErrors renders each file error's Go form in msg, text that a
+// wrapper formatted with %v ("open policy.json: no such file or
+// directory"), as Message renders the error value ("cannot open
+// policy.json: no such file or directory"). REASON must be a system
+// error's text, ending the message or a part of it.
 func flatFileErrors(msg string) string {
 	if !strings.Contains(msg, ": ") {
 		return msg
 	}
-	return flatFileError().ReplaceAllStringFunc(msg, func(m string) string {
-		sub := flatFileError().FindStringSubmatch(m)
-		return sub[1] + "cannot " + fileVerb(sub[2]) + " " + sub[3] + ": " + sub[4] + sub[5]
-	})
+	var b strings.Builder
+	last := 0
+	for _, m := range fileOpAt.FindAllStringSubmatchIndex(msg, -1) {
+		if m[2] < last {
+			continue
+		}
+		op, rest := msg[m[2]:m[3]], msg[m[3]+1:]
+		for i := 0; ; {
+			j := strings.Index(rest[i:], ": ")
+			if j < 0 {
+				break
+			}
+			p := i + j
+			if reason := errnoAt(rest[p+2:]); p > 0 && reason != "" {
+				b.WriteString(msg[last:m[2]])
+				b.WriteString("cannot " + fileVerb(op) + " " + rest[:p] + ": " + reason)
+				last = m[3] + 1 + p + 2 + len(reason)
+				break
+			}
+			i = p + 2
+		}
+	}
+	if last == 0 {
+		return msg
+	}
+	b.WriteString(msg[last:])
+	return b.String()
+}
+
+// errnoAt returns the system error's text s begins with, when it ends s or
+// is followed by punctuation, else "".
+func errnoAt(s string) string {
+	for _, r := range errnoTexts() {
+		if strings.HasPrefix(s, r) && (len(s) == len(r) || strings.ContainsRune(":;,.)", rune(s[len(r)]))) {
+			return r
+		}
+	}
+	return ""
 }
 
 // goPackages are the packages whose prefix Message drops: toolgate's own,
