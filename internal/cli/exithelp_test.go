@@ -3,6 +3,7 @@ package cli
 import (
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -50,7 +51,8 @@ func TestExitCodes_AuditHelp(t *testing.T) {
 			want[e.code] = strings.Join(strings.Fields(strings.ReplaceAll(e.audit, "`", "")), " ")
 		}
 	}
-	workdir(t)
+	dir := workdir(t)
+	t.Setenv("TOOLGATE_AUDIT_KEY", filepath.Join(dir, "audit.key")) // not the user's
 	for _, cmd := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "checkpoint"}} {
 		r := toolgate(t, "", append(cmd, "--help")...)
 		if got := helpExitCodes(t, r.stdout); !maps.Equal(got, want) {
@@ -68,6 +70,7 @@ func TestExitCodes_AuditHelp(t *testing.T) {
 		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 	}
 	runAs("audit", "verify")                                  // 0: valid
+	runAs("audit", "checkpoint")                              // 0: creates the key
 	runAs("audit", "verify", "--frobnicate")                  // 2: a bad flag
 	runAs("audit", "verify", "--checkpoint", "nope.txt")      // 2: a checkpoint that cannot be read
 	must(t, os.WriteFile("cp.txt", []byte("hello\n"), 0o600)) // not a checkpoint
