@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -356,7 +358,14 @@ func Message(err error) string {
 			return
 		}
 		if r, ok := renderGoError(e); ok {
-			if own != r {
+			if pe, ok := e.(*fs.PathError); ok {
+				// A wrapper that said what the error says ("open P: " before
+				// "open P: not a directory") says it once.
+				msg = strings.ReplaceAll(msg, pe.Op+" "+pe.Path+": "+own, own)
+			}
+			// Unless msg says it rendered already (a front end's wrapper
+			// whose text is Message's): "cannot open", not "cannot cannot open".
+			if own != r && (strings.Contains(own, r) || !strings.Contains(msg, r)) {
 				msg = strings.ReplaceAll(msg, own, r)
 			}
 			return // the rendering says all of it
@@ -374,7 +383,74 @@ func Message(err error) string {
 		}
 	}
 	walk(err)
-	return goPrefixes.ReplaceAllString(msg, "$1")
+	return flatFileErrors(goPrefixes.ReplaceAllString(msg, "$1"))
+}
+
+// fileOpAt matches where a file error's Go form (*fs.PathError's "OP PATH:
+// REASON") may begin in a message: an operation an *fs.PathError names
+// (fileVerb's cases) where a message part begins.
+var fileOpAt = regexp.MustCompile(`(?:^|: |; )(` + fileOps + `) `)
+
+const fileOps = `open|openat2?|creat|read|pread|readdirent|readdir|getdents(?:64)?|readlink(?:at)?|seek|write|pwrite|sync|fsync|fdatasync|f?truncate|mkdir(?:at)?|remove|unlink(?:at)?|rmdir|rename(?:at2?)?|link(?:at)?|symlink(?:at)?|f?chmod(?:at)?|[fl]?chown(?:at)?|close|stat|lstat|fstat|statat|fstatat|newfstatat`
+
+// errnoTexts are the system errors' texts, REASON in a file error's Go form.
+var errnoTexts = sync.OnceValue(func() []string {
+	var out []string
+	for n := 1; n < 256; n++ {
+		if r := syscall.Errno(n).Error(); !strings.HasPrefix(r, "errno ") {
+			out = append(out, r)
+		}
+	}
+	return out
+})
+
+// flatFileErrors renders each file error's Go form in msg, text that a
+// wrapper formatted with %v ("open policy.json: no such file or
+// directory"), as Message renders the error value ("cannot open
+// policy.json: no such file or directory"). REASON must be a system
+// error's text, ending the message or a part of it.
+func flatFileErrors(msg string) string {
+	if !strings.Contains(msg, ": ") {
+		return msg
+	}
+	var b strings.Builder
+	last := 0
+	for _, m := range fileOpAt.FindAllStringSubmatchIndex(msg, -1) {
+		if m[2] < last {
+			continue
+		}
+		op, rest := msg[m[2]:m[3]], msg[m[3]+1:]
+		for i := 0; ; {
+			j := strings.Index(rest[i:], ": ")
+			if j < 0 {
+				break
+			}
+			p := i + j
+			if reason := errnoAt(rest[p+2:]); p > 0 && reason != "" {
+				b.WriteString(msg[last:m[2]])
+				b.WriteString("cannot " + fileVerb(op) + " " + rest[:p] + ": " + reason)
+				last = m[3] + 1 + p + 2 + len(reason)
+				break
+			}
+			i = p + 2
+		}
+	}
+	if last == 0 {
+		return msg
+	}
+	b.WriteString(msg[last:])
+	return b.String()
+}
+
+// errnoAt returns the system error's text s begins with, when it ends s or
+// is followed by punctuation, else "".
+func errnoAt(s string) string {
+	for _, r := range errnoTexts() {
+		if strings.HasPrefix(s, r) && (len(s) == len(r) || strings.ContainsRune(":;,.)", rune(s[len(r)]))) {
+			return r
+		}
+	}
+	return ""
 }
 
 // goPackages are the packages whose prefix Message drops: toolgate's own,
@@ -408,7 +484,7 @@ func renderGoError(e error) (string, bool) {
 		if e.Field != "" {
 			where = fmt.Sprintf("the value of %q", e.Field)
 		}
-		return fmt.Sprintf("%s is %s where %s is expected", where, jsonKind(e.Value), jsonTypeOf(e.Type)), true
+		return fmt.Sprintf("%s is %s where %s is expected", where, JSONKind(e.Value), jsonTypeOf(e.Type)), true
 	case *strconv.NumError:
 		want := "a number"
 		switch e.Func {
@@ -455,19 +531,26 @@ func fileVerb(op string) string {
 	return "access" // stat, lstat, fstat, statat, fstatat, ...
 }
 
-// jsonKind names a JSON value's kind as encoding/json reports it.
-func jsonKind(v string) string {
+// JSONKind names, for the person who reads it, the kind of a JSON value
+// as encoding/json reports it in a *json.UnmarshalTypeError's Value
+// ("object", "array", "bool", "number", "number 1e999", "string",
+// "null"): "an object", "an array", "a boolean", "a number", "a string",
+// "null". Every message toolgate shows about a JSON value of the wrong
+// kind (Message's, the HTTP boundary's) names the kind with it.
+func JSONKind(v string) string {
 	switch {
 	case v == "object", v == "array":
 		return "an " + v
 	case v == "bool":
-		return "true or false"
+		return "a boolean"
 	case v == "null":
 		return "null"
 	case strings.HasPrefix(v, "number"):
 		return "a number"
+	case v == "string":
+		return "a string"
 	}
-	return "a " + v
+	return v
 }
 
 // jsonTypeOf names what a Go type holds, in JSON's terms.

@@ -645,7 +645,7 @@ func bodyError(err error, v any) string {
 	if !errors.As(err, &te) {
 		return strings.TrimPrefix(err.Error(), "json: ") // syntax, unknown field: no Go names
 	}
-	got := jsonType(te.Value)
+	got := tgruntime.JSONKind(te.Value)
 	if te.Field == "" {
 		return "the body must be a JSON object with the fields " + strings.Join(jsonFields(v), ", ") + ", not " + got
 	}
@@ -664,22 +664,6 @@ func bodyError(err error, v any) string {
 		want = "a number"
 	}
 	return fmt.Sprintf("%q must be %s, not %s", te.Field, want, got)
-}
-
-// jsonType names the JSON type encoding/json reports in an
-// UnmarshalTypeError ("array", "bool", "number 1e999", ...).
-func jsonType(value string) string {
-	switch {
-	case value == "array", value == "object":
-		return "an " + value
-	case value == "bool":
-		return "a boolean"
-	case strings.HasPrefix(value, "number"):
-		return "a number"
-	case value == "string":
-		return "a string"
-	}
-	return value
 }
 
 // jsonFields lists the quoted JSON names of the fields of the struct v

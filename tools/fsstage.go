@@ -82,23 +82,51 @@ func (f *FS) WriteStaged(name string, data []byte, perm fs.FileMode) (created bo
 		stagedName += "-" + base
 	}
 	staged := filepath.Join(filepath.Dir(rel), stagedName)
+	// Errors name the target as the tool gave it (name), never the staged
+	// file, whose name the user never chose (asTarget).
 	if err := f.env.Stager.Prepare(r.Name(), staged); err != nil {
-		return false, err
+		return false, asTarget(err, staged, name)
 	}
 	file, err := r.OpenFile(staged, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
-		return false, f.translate(name, err)
+		return false, f.translate(name, asTarget(err, staged, name))
 	}
 	_, werr := file.Write(data)
 	serr := file.Sync() // the data is durable before the commit that makes it visible
 	cerr := file.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		r.Remove(staged)
-		return false, fmt.Errorf("tools: staging %s: %w", name, err)
+		return false, f.translate(name, asTarget(err, staged, name))
 	}
 	if err := f.env.Stager.Stage(r.Name(), staged, rel); err != nil {
 		r.Remove(staged)
-		return false, err
+		return false, asTarget(err, staged, name)
 	}
 	return created, nil
 }
+
+// asTarget is err, an error of the staged file staged (relative to its
+// root), told of name, the target as the tool gave it: a file error of the
+// staged file is the same error of name (the first, when err joins
+// several), and any other error's text says name where it said staged.
+// errors.Is and errors.As see what they saw in err.
+func asTarget(err error, staged, name string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && strings.HasPrefix(filepath.Base(pe.Path), StagePrefix) {
+		return &fs.PathError{Op: pe.Op, Path: name, Err: pe.Err}
+	}
+	if strings.Contains(err.Error(), staged) {
+		return &stagedError{err: err, staged: staged, name: name}
+	}
+	return err
+}
+
+// stagedError is an error whose text names a staged file, said of its
+// target.
+type stagedError struct {
+	err          error
+	staged, name string
+}
+
+func (e *stagedError) Error() string { return strings.ReplaceAll(e.err.Error(), e.staged, e.name) }
+func (e *stagedError) Unwrap() error { return e.err }

@@ -43,12 +43,9 @@ const (
 	exportPage = 1024
 )
 
-const auditExitHelp = `Exit codes:
-  0  success (verify: the log is valid, and extends the checkpoint if given)
-  1  internal error (the database cannot be opened or read, or is locked by a writer)
-  2  usage error (bad flags, a checkpoint or key file that cannot be read)
-  7  verification failed: an event is bad, the log does not extend the checkpoint,
-     or the checkpoint's signature does not verify with the key`
+// auditExitHelp lists the exit codes of the audit commands, from the one
+// table of exit codes (exitCodes' audit column).
+var auditExitHelp = exitHelp(func(e exitRow) string { return e.audit })
 
 const auditKeyHelp = `The signing key is an ed25519 key kept outside the database: --key, else
 $TOOLGATE_AUDIT_KEY, else $XDG_CONFIG_HOME/toolgate/audit.key, else

@@ -37,30 +37,49 @@ const (
 	// commands.
 )
 
-// exitCodes says what each exit code means, in Markdown (backquotes are
-// dropped for --help).
-var exitCodes = []struct {
+// exitRow is a row of exitCodes.
+type exitRow struct {
 	code    int
 	meaning string
-}{
-	{ExitCompleted, "COMPLETED (for a process tool, the command exited 0). A replay (an executed intent run again, a repeated `--idempotency-key`) runs nothing, says `replayed`, and exits with its stored outcome's code: 0 for a stored COMPLETED"},
-	{ExitInternal, "not done: the command a process tool ran failed (a non-zero exit, a signal, `timeout_seconds`; the call is COMPLETED and its result says how); or the database failed (it cannot be opened, another process holds its lock, or a write failed or conflicted: a full disk, a read-only file system; a `StateError`); or `doctor` found something broken; or an internal error"},
-	{ExitUsage, "usage error: bad flags or arguments, an unknown tool or version, an unknown or malformed intent id, a policy or registry file that does not load"},
-	{ExitFailed, "FAILED: the input does not match the tool's schema"},
-	{ExitDenied, "DENIED: a required capability was not granted, or a path or command is outside the granted scopes (the tool's handle refuses it as the tool runs: ROLLED_BACK with an `AuthorizationError`); the message names the `--allow` that grants it. Or refused before it ran: an intent that may not run (pending, rejected, changed), an idempotency key in conflict or in flight, an approval declined"},
-	{ExitAborted, "ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel"},
-	{ExitRollback, "ROLLED_BACK: the tool failed, or its output did not match its schema"},
-	{ExitVerify, "verification failed: `audit verify` (an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify); `show` or `intent show` (the record or intent does not match the audit log)"},
+	// audit is what the code means for the audit commands, whose --help
+	// lists their codes only (auditExitHelp); "" when they never exit
+	// with it.
+	audit string
+}
+
+// exitCodes says what each exit code means, in Markdown (backquotes are
+// dropped for --help): the one table of exit codes, that every --help
+// listing them is written from.
+var exitCodes = []exitRow{
+	{ExitCompleted, "COMPLETED (for a process tool, the command exited 0). A replay (an executed intent run again, a repeated `--idempotency-key`) runs nothing, says `replayed`, and exits with its stored outcome's code: 0 for a stored COMPLETED",
+		"success (verify: the log is valid, and extends the checkpoint if given)"},
+	{ExitInternal, "not done: the command a process tool ran failed (a non-zero exit, a signal, `timeout_seconds`; the call is COMPLETED and its result says how); or the database failed (it cannot be opened, another process holds its lock, or a write failed or conflicted: a full disk, a read-only file system; a `StateError`); or `doctor` found something broken; or an internal error",
+		"internal error (the database cannot be opened or read, or is locked by a writer)"},
+	{ExitUsage, "usage error: bad flags or arguments, an unknown tool or version, an unknown or malformed intent id, a policy or registry file that does not load",
+		"usage error (bad flags, a checkpoint or key file that cannot be read)"},
+	{ExitFailed, "FAILED: the input does not match the tool's schema", ""},
+	{ExitDenied, "DENIED: a required capability was not granted, or a path or command is outside the granted scopes (the tool's handle refuses it as the tool runs: ROLLED_BACK with an `AuthorizationError`); the message names the `--allow` that grants it. Or refused before it ran: an intent that may not run (pending, rejected, changed), an idempotency key in conflict or in flight, an approval declined", ""},
+	{ExitAborted, "ABORTED, then ROLLED_BACK: a timeout, a resource limit, or a cancel", ""},
+	{ExitRollback, "ROLLED_BACK: the tool failed, or its output did not match its schema", ""},
+	{ExitVerify, "verification failed: `audit verify` (an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify); `show` or `intent show` (the record or intent does not match the audit log)",
+		"verification failed: an event is bad, the log does not extend the checkpoint, or the checkpoint's signature does not verify with the key"},
 }
 
 // exitCodesHelp is exitCodes as --help shows it.
-var exitCodesHelp = func() string {
+var exitCodesHelp = exitHelp(func(e exitRow) string { return e.meaning })
+
+// exitHelp lists, for --help, the exit codes of the rows of exitCodes for
+// which meaning says something, with what it says.
+func exitHelp(meaning func(exitRow) string) string {
 	var b strings.Builder
 	b.WriteString("Exit codes:")
 	for _, e := range exitCodes {
+		if meaning(e) == "" {
+			continue
+		}
 		const indent = "     " // under the meaning's first word
 		line, words := fmt.Sprintf("  %d ", e.code), 0
-		for _, w := range strings.Fields(strings.ReplaceAll(e.meaning, "`", "")) {
+		for _, w := range strings.Fields(strings.ReplaceAll(meaning(e), "`", "")) {
 			if words > 0 && len(line)+1+len(w) > 80 {
 				b.WriteString("\n" + line)
 				line, words = indent[:len(indent)-1], 0
@@ -71,7 +90,7 @@ var exitCodesHelp = func() string {
 		b.WriteString("\n" + line)
 	}
 	return b.String()
-}()
+}
 
 // Stdio are the streams the command uses.
 type Stdio struct {

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
@@ -32,15 +34,15 @@ type check struct {
 func newDoctorCmd(g *globals, stdio Stdio) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Check the database, the policy, and which limits this machine can enforce",
+		Short: "Check the database, the policy, the registry, and which limits this machine can enforce",
 		Long: `Check what toolgate needs and report, for each resource limit, whether this
 machine enforces it and how: ok, fallback (a weaker method, with what it can
 and cannot do), or not_enforced (and why). Nothing is skipped silently.
 Exits 1 when something is broken (the database cannot be opened, the policy
-is invalid), 0 otherwise.`,
+is invalid, the registry file does not load), 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy()}
+			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy(), g.checkRegistry()}
 			checks = append(checks, check{"filesystem handles", checkOK,
 				"confined with os.Root at the granted scopes: no '..', absolute-path or symbolic-link escape"})
 			checks = append(checks, check{"maxExecutionTime (in-process tools)", checkOK,
@@ -65,6 +67,9 @@ is invalid), 0 otherwise.`,
 			for _, c := range checks {
 				broken = broken || c.Status == checkFailed
 			}
+			for i := range checks {
+				checks[i].Detail = userText(checks[i].Detail)
+			}
 			if g.json {
 				if err := encodeJSON(stdio, map[string]any{"checks": checks, "ok": !broken}); err != nil {
 					return internalErr(err)
@@ -84,12 +89,22 @@ is invalid), 0 otherwise.`,
 	}
 }
 
+// failed is c failed with err, in the user's terms.
+func failed(c check, err error) check {
+	c.Status, c.Detail = checkFailed, tgruntime.Message(err)
+	return c
+}
+
+// userText is a detail line as a person reads it: the text of a stored
+// message or of an error formatted with %v is in the user's terms too
+// (tgruntime.Message: no Go package prefixes, no system call names).
+func userText(s string) string { return tgruntime.Message(errors.New(s)) }
+
 func (g *globals) checkDatabase(ctx context.Context) check {
 	c := check{Name: "database"}
 	path, err := g.dbPath()
 	if err != nil {
-		c.Status, c.Detail = checkFailed, err.Error()
-		return c
+		return failed(c, err)
 	}
 	shown := txn.ShownPath(path) // a postgres:// URL without its password
 	if _, err := os.Stat(path); os.IsNotExist(err) && !txn.IsPostgresURL(path) {
@@ -101,7 +116,13 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		}
 		probe, err := os.CreateTemp(dir, ".toolgate-doctor-")
 		if err != nil {
-			c.Status, c.Detail = checkFailed, fmt.Sprintf("%s does not exist and cannot be created: %v", path, err)
+			// The probe's name is the doctor's, not the user's: say why
+			// no file can be created in dir.
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			c.Status, c.Detail = checkFailed, fmt.Sprintf("%s does not exist and cannot be created: no file can be created in %s: %s", path, dir, tgruntime.Message(err))
 			return c
 		}
 		probe.Close()
@@ -111,11 +132,10 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 	}
 	store, err := g.openReadOnly()
 	if err != nil {
-		c.Status, c.Detail = checkFailed, err.Error()
 		if ee, ok := err.(*exitError); ok && ee.err != nil {
-			c.Detail = ee.err.Error()
+			err = ee.err
 		}
-		return c
+		return failed(c, err)
 	}
 	if store == nil {
 		c.Status, c.Detail = checkOK, shown+" (empty)"
@@ -124,19 +144,16 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 	defer store.Close()
 	recs, err := store.List(ctx, txn.Filter{})
 	if err != nil {
-		c.Status, c.Detail = checkFailed, err.Error()
-		return c
+		return failed(c, err)
 	}
 	backend, err := store.Backend(ctx) // which backend, and its version
 	if err != nil {
-		c.Status, c.Detail = checkFailed, err.Error()
-		return c
+		return failed(c, err)
 	}
 	c.Status, c.Detail = checkOK, fmt.Sprintf("%s (%s; %d executions recorded)", shown, backend, len(recs))
 	parked, err := store.StateValues(ctx, tgruntime.FailedWritesNamespace)
 	if err != nil {
-		c.Status, c.Detail = checkFailed, err.Error()
-		return c
+		return failed(c, err)
 	}
 	if len(parked) > 0 {
 		var first struct {
@@ -159,11 +176,32 @@ func (g *globals) checkPolicy() check {
 	p, err := g.policy()
 	switch {
 	case err != nil:
-		c.Status, c.Detail = checkFailed, fmt.Sprintf("%v: every capability is denied until it is fixed", err)
+		c.Status, c.Detail = checkFailed, tgruntime.Message(err)+": every capability is denied until it is fixed"
 	case p == nil:
 		c.Status, c.Detail = checkOK, "none (--policy, $TOOLGATE_POLICY): nothing is granted but what --allow adds for one call"
 	default:
 		c.Status, c.Detail = checkOK, fmt.Sprintf("%d principals, revision %s", len(p.Principals()), p.Revision())
+	}
+	return c
+}
+
+// checkRegistry loads the registry file (--registry, $TOOLGATE_REGISTRY),
+// as every command that runs a tool does: a file that does not load fails
+// them all.
+func (g *globals) checkRegistry() check {
+	c := check{Name: "registry"}
+	path := g.registryPath
+	if path == "" {
+		path = os.Getenv("TOOLGATE_REGISTRY")
+	}
+	reg, err := g.registry()
+	switch {
+	case err != nil:
+		c.Status, c.Detail = checkFailed, tgruntime.Message(err)+": no command can run a tool until it is fixed"
+	case path == "":
+		c.Status, c.Detail = checkOK, fmt.Sprintf("none (--registry, $TOOLGATE_REGISTRY): the %d built-in tools only", len(reg.Entries()))
+	default:
+		c.Status, c.Detail = checkOK, fmt.Sprintf("%s: %d tools, the built-in ones included", path, len(reg.Entries()))
 	}
 	return c
 }

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/explain"
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
 )
 
 const policyHelp = `Policy: --policy FILE (or $TOOLGATE_POLICY) grants capabilities to
@@ -75,6 +79,7 @@ func newPolicyCheckCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
 		who   string
 		allow []string
+		input string
 	)
 	cmd := &cobra.Command{
 		Use:   "check TOOL[@VERSION]",
@@ -84,9 +89,17 @@ anything: what the tool requires, which grant meets each requirement, what is
 missing, and what the tool's handles would expose (its declared capabilities,
 narrowed to the grants). Exits 0 when allowed, 4 when denied.
 
+Some capabilities are required by some calls only, scoped by a field of the
+input (a process tool's cwd requires filesystem.read covering it). With
+--input, the call's input, the decision is the one 'toolgate run' makes for
+that input (an input that does not match the tool's schema is refused, exit
+3, as run refuses it before deciding); without it, those capabilities are
+listed as also required when their field is given.
+
 ` + policyHelp,
 		Example: `  toolgate policy check --policy policy.json --principal alice file.read
-  toolgate policy check --principal alice --allow filesystem.read:. file.read --json`,
+  toolgate policy check --principal alice --allow filesystem.read:. file.read --json
+  toolgate policy check --principal ci-bot exec_capture --input '{"command":"git","args":["status"],"cwd":"."}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			reg, err := g.registry()
@@ -113,7 +126,16 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 			if who == "" {
 				who = principal()
 			}
-			v := explain.Explain(policy, who, e.Declaration(), extra, time.Now())
+			var in json.RawMessage
+			if cmd.Flags().Changed("input") {
+				if in, err = readInput(input, stdio.In); err != nil {
+					return usageErr("--input: %v", err)
+				}
+				if err := e.ValidateInput(in); err != nil {
+					return &exitError{code: ExitFailed, err: userError{fmt.Errorf("--input: %w", &tgruntime.ValidationError{Phase: "input", Err: err})}}
+				}
+			}
+			v := decide(policy, who, e.Declaration(), in, extra)
 			if g.json {
 				if err := encodeJSON(stdio, v); err != nil {
 					return internalErr(err)
@@ -129,10 +151,62 @@ narrowed to the grants). Exits 0 when allowed, 4 when denied.
 	}
 	cmd.Flags().StringVar(&who, "principal", "", "the principal to decide for (default: cli:$USER)")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "a grant added for the call, as 'toolgate run --allow' (repeatable)")
+	cmd.Flags().StringVar(&input, "input", "", "the call's input JSON, as 'toolgate run --input': @FILE reads it from FILE, - from stdin")
 	return cmd
 }
 
-func printDecision(stdio Stdio, v decisionView) {
+// checkView is what policy check explains: the decision, and without an
+// input the capabilities an input could add (--json prints it).
+type checkView struct {
+	explain.Decision
+	AlsoRequired []alsoRequired `json:"alsoRequired,omitempty"`
+}
+
+// alsoRequired is a capability a call requires when its input gives a
+// field (tools.InputCapability), scoped by the field's value.
+type alsoRequired struct {
+	Capability string `json:"capability"` // "filesystem.read:{cwd}"
+	Field      string `json:"field"`
+}
+
+// decide makes the decision Execute makes at AUTHORIZED (runtime.Decide:
+// rule 2) for a call of decl by principal with input, valid against the
+// input schema, under policy plus extra, and explains it. A nil input is
+// none given: the capabilities an input could add are listed, not
+// decided.
+func decide(policy *capability.Policy, principal string, decl tools.Declaration, input json.RawMessage, extra []capability.Capability) checkView {
+	if input == nil {
+		v := checkView{Decision: explain.Explain(policy, principal, decl, extra, time.Now())}
+		for _, ic := range decl.InputCapabilities {
+			v.AlsoRequired = append(v.AlsoRequired, alsoRequired{Capability: ic.Name + ":{" + ic.ScopeFrom + "}", Field: ic.ScopeFrom})
+		}
+		return v
+	}
+	// As the runtime's authorize: what this input requires, decided with
+	// relative paths taken from the working directory (the CLI's runtime
+	// has no other).
+	required, reach, rerr := decl.RequiredFor(input, "")
+	asCalled := decl
+	asCalled.RequiredCapabilities, asCalled.InputCapabilities = required, nil
+	v := checkView{Decision: explain.Explain(policy, principal, asCalled, extra, time.Now())}
+	if rerr != nil && v.Reason == "" {
+		v.Allowed, v.Reason = false, tgruntime.Message(rerr)
+		v.Effective, v.Places = []string{}, []explain.Place{}
+		for i := range v.Requirements {
+			v.Requirements[i].MetBy = nil
+		}
+	}
+	if v.Allowed && !slices.Equal(reach, required) {
+		// The handles get what the call may reach (reach), narrowed to
+		// the grants that met its requirements, as Execute gives them.
+		d := policy.DecideIn("", principal, decl.Key(), required, extra, v.At)
+		eff := capability.Decision{Required: reach, Granted: d.Granted}.Effective()
+		v.Effective, v.Places = capability.Strings(eff), explain.Places(eff)
+	}
+	return v
+}
+
+func printDecision(stdio Stdio, v checkView) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	if v.Allowed {
 		fmt.Fprintf(stdio.Out, "ALLOWED: %s may run %s\n", v.Principal, v.Tool)
@@ -152,6 +226,9 @@ func printDecision(stdio Stdio, v decisionView) {
 			continue
 		}
 		fmt.Fprintf(w, "requires %s\tmet by %s\n", r.Capability, strings.Join(r.MetBy, ", "))
+	}
+	for _, a := range v.AlsoRequired {
+		fmt.Fprintf(w, "requires %s\talso required when %s is given (--input decides for a call's input)\n", a.Capability, a.Field)
 	}
 	if v.Allowed {
 		eff := strings.Join(v.Effective, ", ")

@@ -19,10 +19,14 @@ import (
 // 17 §5): a Go package's prefix at the start of a message or of one of its
 // parts ("runtime: ", "txn: ", "json: ", "strconv.ParseInt: "), a system
 // call's name ("statat", "openat", "readdirent"), and Go's own words for
-// JSON decoding ("Go struct field", "Go value of type").
+// JSON decoding ("Go struct field", "Go value of type"), and a file
+// error's Go form ("open PATH: REASON").
 var goInternals = regexp.MustCompile(`(?:^|[\s(\[";,]|: )(?:runtime|tools|capability|txn|lifecycle|json|time|strconv|bbolt|bolt|proc|os|fs|io|syscall|yaml|jsonschema|url|x509|errors|fmt|filepath|exec)(?:\.[A-Za-z]+)?: ` +
 	`|\b(?:statat|fstatat|newfstatat|openat2?|readdirent|getdents(?:64)?|mkdirat|unlinkat|renameat2?|fchmodat|lstat|fstat|fdatasync)\b` +
-	`|Go struct field|Go value of type|\*[a-z]+\.[A-Z][A-Za-z]*Error\b`)
+	`|Go struct field|Go value of type|\*[a-z]+\.[A-Z][A-Za-z]*Error\b` +
+	// A file error's Go form, "open PATH: no such file or directory" (its
+	// rendering is "cannot open PATH: ...").
+	`|(?:^|: |; |[("\[])(?:open|read|write|stat|lstat|mkdir|remove|rename|unlink|readlink|chmod|close) [^\s:]+: (?:no such file or directory|permission denied|not a directory|is a directory|file exists|read-only file system|no space left on device|too many open files|file too large|directory not empty|input/output error)`)
 
 // checkUserTerms fails t when text, which where names, holds Go internals.
 // Every run of the toolgate helper passes its stdout and stderr through it,
