@@ -72,6 +72,26 @@ type IntentDecision struct {
 	Signer string `json:"signer,omitempty"`
 }
 
+// String says what was decided, by whom, how, and why: "approved by
+// alice via elicitation, signed with key alice", "rejected by bob: not
+// now".
+func (d *IntentDecision) String() string {
+	what := "rejected by " + d.By
+	if d.Approved {
+		what = "approved by " + d.By
+	}
+	if d.Via != "" {
+		what += " via " + d.Via
+	}
+	if name, _, ok := strings.Cut(d.Signer, "+"); ok {
+		what += ", signed with key " + name
+	}
+	if !d.Approved {
+		what += ": " + d.Reason
+	}
+	return what
+}
+
 // IntentExecution is the one execution of an approved intent: written in
 // the same update that claimed it, before the tool ran.
 type IntentExecution struct {

@@ -270,11 +270,7 @@ type historyEntry struct {
 func intentHistory(in *tgruntime.Intent) []historyEntry {
 	h := []historyEntry{{At: in.ProposedAt, What: "proposed by " + in.Proposer}}
 	if d := in.Decision; d != nil {
-		if d.Approved {
-			h = append(h, historyEntry{At: d.At, What: "approved by " + d.By})
-		} else {
-			h = append(h, historyEntry{At: d.At, What: "rejected by " + d.By + ": " + d.Reason})
-		}
+		h = append(h, historyEntry{At: d.At, What: d.String()})
 	}
 	if e := in.Execution; e != nil {
 		h = append(h, historyEntry{At: e.At, What: "executed by " + e.Principal + ", execution " + e.ExecutionID, Execution: e.ExecutionID})
@@ -324,7 +320,9 @@ func (u *UI) showIntent(w http.ResponseWriter, r *http.Request, x *session, in *
 	if e, err := u.rt.Registry().Lookup(in.Tool, in.Version); err == nil {
 		decl := e.Declaration()
 		data["Description"] = decl.Description
-		d := explain.Explain(u.rt.Policy(), in.Proposer, decl, nil, u.opts.Now())
+		// As Execute will decide it: for the proposer, with this input
+		// (capabilities its fields require included).
+		d := explain.Call(u.rt.Policy(), in.Proposer, decl, in.Input, nil, "", u.opts.Now(), tgruntime.Message)
 		data["Policy"] = &d
 	} else {
 		data["Unregistered"] = err.Error()

@@ -226,20 +226,7 @@ type historyEntry struct {
 func intentHistory(it *tgruntime.Intent) []historyEntry {
 	h := []historyEntry{{it.ProposedAt, "proposed by " + it.Proposer}}
 	if d := it.Decision; d != nil {
-		what := "rejected by " + d.By
-		if d.Approved {
-			what = "approved by " + d.By
-		}
-		if d.Via != "" {
-			what += " via " + d.Via
-		}
-		if name, _, ok := strings.Cut(d.Signer, "+"); ok {
-			what += ", signed with key " + name // its fingerprint: intent show --json
-		}
-		if !d.Approved {
-			what += ": " + d.Reason
-		}
-		h = append(h, historyEntry{d.At, what})
+		h = append(h, historyEntry{d.At, d.String()}) // the key's fingerprint: intent show --json
 	}
 	if x := it.Execution; x != nil {
 		h = append(h, historyEntry{x.At, fmt.Sprintf("executed by %s: execution %s ('toolgate show %s')", x.Principal, x.ExecutionID, x.ExecutionID)})

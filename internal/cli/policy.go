@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -155,62 +154,24 @@ listed as also required when their field is given.
 	return cmd
 }
 
-// checkView is what policy check explains: the decision, and without an
-// input the capabilities an input could add (--json prints it).
-type checkView struct {
-	explain.Decision
-	AlsoRequired []alsoRequired `json:"alsoRequired,omitempty"`
-}
+// checkView is what policy check explains (--json prints it).
+type checkView = explain.Decision
 
-// alsoRequired is a capability a call requires when its input gives a
-// field (tools.InputCapability), scoped by the field's value.
-type alsoRequired struct {
-	Capability string `json:"capability"` // "filesystem.read:{cwd}"
-	Field      string `json:"field"`
-}
-
-// decide makes the decision Execute makes at AUTHORIZED (runtime.Decide:
-// rule 2) for a call of decl by principal with input, valid against the
-// input schema, under policy plus extra, and explains it. A nil input is
-// none given: the capabilities an input could add are listed, not
-// decided.
+// decide makes the decision Execute makes at AUTHORIZED for a call of
+// decl by principal with input (nil: none given), relative paths taken
+// from the working directory (the CLI's runtime has no other).
 func decide(policy *capability.Policy, principal string, decl tools.Declaration, input json.RawMessage, extra []capability.Capability) checkView {
-	if input == nil {
-		v := checkView{Decision: explain.Explain(policy, principal, decl, extra, time.Now())}
-		for _, ic := range decl.InputCapabilities {
-			v.AlsoRequired = append(v.AlsoRequired, alsoRequired{Capability: ic.Name + ":{" + ic.ScopeFrom + "}", Field: ic.ScopeFrom})
-		}
-		return v
-	}
-	// As the runtime's authorize: what this input requires, decided with
-	// relative paths taken from the working directory (the CLI's runtime
-	// has no other).
-	required, reach, rerr := decl.RequiredFor(input, "")
-	asCalled := decl
-	asCalled.RequiredCapabilities, asCalled.InputCapabilities = required, nil
-	v := checkView{Decision: explain.Explain(policy, principal, asCalled, extra, time.Now())}
-	if rerr != nil && v.Reason == "" {
-		v.Allowed, v.Reason = false, tgruntime.Message(rerr)
-		v.Effective, v.Places = []string{}, []explain.Place{}
-		for i := range v.Requirements {
-			v.Requirements[i].MetBy = nil
-		}
-	}
-	if v.Allowed && !slices.Equal(reach, required) {
-		// The handles get what the call may reach (reach), narrowed to
-		// the grants that met its requirements, as Execute gives them.
-		d := policy.DecideIn("", principal, decl.Key(), required, extra, v.At)
-		eff := capability.Decision{Required: reach, Granted: d.Granted}.Effective()
-		v.Effective, v.Places = capability.Strings(eff), explain.Places(eff)
-	}
-	return v
+	return explain.Call(policy, principal, decl, input, extra, "", time.Now(), tgruntime.Message)
 }
 
 func printDecision(stdio Stdio, v checkView) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-	if v.Allowed {
+	switch {
+	case v.Allowed && v.RequiresApproval:
+		fmt.Fprintf(stdio.Out, "ALLOWED AS AN APPROVED INTENT: %s may run %s once a person approves the exact call (toolgate intent propose); called directly, it is denied\n", v.Principal, v.Tool)
+	case v.Allowed:
 		fmt.Fprintf(stdio.Out, "ALLOWED: %s may run %s\n", v.Principal, v.Tool)
-	} else {
+	default:
 		fmt.Fprintf(stdio.Out, "DENIED: %s may not run %s\n", v.Principal, v.Tool)
 	}
 	fmt.Fprintf(w, "policy revision\t%s\n", v.PolicyRevision)

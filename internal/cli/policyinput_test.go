@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/explain"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,7 +42,7 @@ func TestPolicyCheck_Input(t *testing.T) {
 
 	t.Run("without input", func(t *testing.T) {
 		v, r := check(t, "", exec...)
-		if r.code != ExitCompleted || !v.Allowed || len(v.AlsoRequired) != 1 || v.AlsoRequired[0] != (alsoRequired{"filesystem.read:{cwd}", "cwd"}) {
+		if r.code != ExitCompleted || !v.Allowed || len(v.AlsoRequired) != 1 || v.AlsoRequired[0] != (explain.AlsoRequired{Capability: "filesystem.read:{cwd}", Field: "cwd"}) {
 			t.Fatalf("exit %d, %+v\n%s", r.code, v, r.stdout)
 		}
 		text := toolgate(t, "", append([]string{"policy", "check", "exec_status"}, exec...)...)
@@ -98,7 +99,7 @@ func TestPolicyCheck_ExampleRegistry(t *testing.T) {
 	r := toolgate(t, "", "policy", "check", "--registry", reg, "git.status", "--json")
 	var v checkView
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || !slices.Equal(v.Required, []string{"process.exec:git"}) ||
-		len(v.AlsoRequired) != 1 || v.AlsoRequired[0] != (alsoRequired{"filesystem.read:{cwd}", "cwd"}) {
+		len(v.AlsoRequired) != 1 || v.AlsoRequired[0] != (explain.AlsoRequired{Capability: "filesystem.read:{cwd}", Field: "cwd"}) {
 		t.Fatalf("exit %d, required %q, also %v (%v)\n%s%s", r.code, v.Required, v.AlsoRequired, err, r.stdout, r.stderr)
 	}
 	r = toolgate(t, "", "policy", "check", "--registry", reg, "git.status", "--json", "--input", `{"cwd":"sub"}`,

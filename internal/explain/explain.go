@@ -6,10 +6,12 @@
 package explain
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -47,9 +49,65 @@ type Decision struct {
 	Reason         string    `json:"reason,omitempty"`
 	At             time.Time `json:"at"`
 
+	// AlsoRequired are, for a call explained without its input (see
+	// Call), the capabilities an input could add: one per input
+	// capability of the tool, required when the input gives its field.
+	AlsoRequired []AlsoRequired `json:"alsoRequired,omitempty"`
+	// RequiresApproval is set for a tool that runs only as an approved
+	// intent: whatever the grants, a plain call of it is denied.
+	RequiresApproval bool `json:"requiresApproval,omitempty"`
+
 	// Requirements are Required with the grants (held, and the extra
 	// ones) that meet each, in order.
 	Requirements []Requirement `json:"-"`
+}
+
+// AlsoRequired is a capability a call requires when its input gives a
+// field (tools.InputCapability), scoped by the field's value.
+type AlsoRequired struct {
+	Capability string `json:"capability"` // "filesystem.read:{cwd}"
+	Field      string `json:"field"`
+}
+
+// Call explains the decision Execute makes at AUTHORIZED (rule 2) for a
+// call of decl by principal with input (valid against the tool's input
+// schema), under policy plus extra, relative paths of the input taken
+// from workDir ("": the working directory). A nil input is none given:
+// the capabilities an input could add are listed in AlsoRequired, not
+// decided. message words an error for the user (runtime.Message).
+func Call(policy *capability.Policy, principal string, decl tools.Declaration, input json.RawMessage, extra []capability.Capability, workDir string, now time.Time, message func(error) string) Decision {
+	if policy == nil {
+		policy, _ = capability.NewPolicy(nil)
+	}
+	if input == nil {
+		v := Explain(policy, principal, decl, extra, now)
+		for _, ic := range decl.InputCapabilities {
+			v.AlsoRequired = append(v.AlsoRequired, AlsoRequired{Capability: ic.Name + ":{" + ic.ScopeFrom + "}", Field: ic.ScopeFrom})
+		}
+		v.RequiresApproval = decl.RequiresApproval
+		return v
+	}
+	// As the runtime's authorize: what this input requires.
+	required, reach, rerr := decl.RequiredFor(input, workDir)
+	asCalled := decl
+	asCalled.RequiredCapabilities, asCalled.InputCapabilities = required, nil
+	v := Explain(policy, principal, asCalled, extra, now)
+	v.RequiresApproval = decl.RequiresApproval
+	if rerr != nil && v.Reason == "" {
+		v.Allowed, v.Reason = false, message(rerr)
+		v.Effective, v.Places = []string{}, []Place{}
+		for i := range v.Requirements {
+			v.Requirements[i].MetBy = nil
+		}
+	}
+	if v.Allowed && !slices.Equal(reach, required) {
+		// The handles get what the call may reach (reach), narrowed to
+		// the grants that met its requirements, as Execute gives them.
+		d := policy.DecideIn(workDir, principal, decl.Key(), required, extra, v.At)
+		eff := capability.Decision{Required: reach, Granted: d.Granted}.Effective()
+		v.Effective, v.Places = capability.Strings(eff), Places(eff)
+	}
+	return v
 }
 
 // Explain decides whether principal may run decl under policy (nil: a
