@@ -294,6 +294,12 @@ func finishIntent(in fileIntent) error {
 		return nil // renamed already, before a crash
 	}
 	if err := r.Rename(in.Staged, in.Target); err != nil {
+		// The cause alone: the rename's error names the staged file, which
+		// the caller never chose (the parked write's record keeps it).
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
+		}
 		return fmt.Errorf("runtime: finishing the staged write of %s: %w", filepath.Join(in.Root, in.Target), err)
 	}
 	dir, err := r.Open(filepath.Dir(in.Target))

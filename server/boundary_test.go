@@ -346,6 +346,9 @@ func TestServer_ParkedWriteIsReported(t *testing.T) {
 	if !strings.Contains(e.Detail, "not visible") {
 		t.Errorf("the detail does not say the write is not visible: %q", e.Detail)
 	}
+	if strings.Contains(e.Detail, tools.StagePrefix) {
+		t.Errorf("the caller is shown the staged file's name, which it never chose: %q", e.Detail)
+	}
 	if fi, err := os.Stat(filepath.Join(dir, "report.txt")); err != nil || !fi.IsDir() {
 		t.Errorf("the target changed: %v", err)
 	}
