@@ -2,6 +2,8 @@ package capability_test
 
 import (
 	"errors"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,17 +54,31 @@ func TestPolicy_ApprovalKeys(t *testing.T) {
 		t.Errorf("WithApprovalKeys: revision %s, %v; the file's %s", w.Revision(), err, k.Revision())
 	}
 	for name, tc := range map[string]struct{ file, want string }{
-		"no key":      {`{"version":1,"principals":{},"approvalKeys":{"alice":[]}}`, `"alice" lists no key`},
-		"not a word":  {`{"version":1,"principals":{},"approvalKeys":{"alice":["a b"]}}`, `is not a key`},
-		"empty key":   {`{"version":1,"principals":{},"approvalKeys":{"alice":[""]}}`, `is not a key`},
-		"twice":       {`{"version":1,"principals":{},"approvalKeys":{"alice":["k"],"alice":["j"]}}`, `"alice" is listed twice`},
-		"bad name":    {`{"version":1,"principals":{},"approvalKeys":{"al ice":["k"]}}`, `whitespace`},
-		"not a list":  {`{"version":1,"principals":{},"approvalKeys":{"alice":"k"}}`, `must be`},
-		"not strings": {`{"version":1,"principals":{},"approvalKeys":{"alice":[1]}}`, `must be`},
+		"no key":                     {`{"version":1,"principals":{},"approvalKeys":{"alice":[]}}`, `"alice" lists no key`},
+		"not a word":                 {`{"version":1,"principals":{},"approvalKeys":{"alice":["a b"]}}`, `is not a key`},
+		"empty key":                  {`{"version":1,"principals":{},"approvalKeys":{"alice":[""]}}`, `is not a key`},
+		"twice":                      {`{"version":1,"principals":{},"approvalKeys":{"alice":["k"],"alice":["j"]}}`, `"alice" is listed twice`},
+		"bad name":                   {`{"version":1,"principals":{},"approvalKeys":{"al ice":["k"]}}`, `whitespace`},
+		"not a list":                 {`{"version":1,"principals":{},"approvalKeys":{"alice":"k"}}`, `each approver in "approvalKeys" must have a list of keys`},
+		"not strings":                {`{"version":1,"principals":{},"approvalKeys":{"alice":[1]}}`, `each key in "approvalKeys" must be a string`},
+		"a capability not a string":  {`{"version":1,"principals":{"a":[7]}}`, `each capability in "principals" must be a string`},
+		"a principal without a list": {`{"version":1,"principals":{"a":"x"}}`, `each principal in "principals" must have a list of capability strings`},
 	} {
 		_, err := capability.ParsePolicy("p.json", []byte(tc.file))
 		if err == nil || !errors.Is(err, capability.ErrPolicy) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "p.json:") {
 			t.Errorf("%s: %v, want an ErrPolicy naming the place and saying %q", name, err, tc.want)
 		}
+	}
+}
+
+// A policy file that cannot be read keeps its cause for errors.Is (and
+// for the words the CLI puts it in).
+func TestLoadPolicy_KeepsTheCause(t *testing.T) {
+	p, err := capability.LoadPolicy(filepath.Join(t.TempDir(), "missing.json"))
+	if !errors.Is(err, capability.ErrPolicy) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadPolicy of a missing file: %v; want ErrPolicy and fs.ErrNotExist", err)
+	}
+	if p == nil || p.Decide("a", "t", nil, nil, time.Now()).Reason == "" {
+		t.Error("a policy that failed to load does not deny, saying why")
 	}
 }

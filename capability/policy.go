@@ -122,7 +122,7 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("%w: %s: %v", ErrPolicy, where(se.Offset), err)
 		case errors.As(err, &te):
-			return nil, fmt.Errorf("%w: %s: %s must be %s", ErrPolicy, where(te.Offset), fieldName(te), expected(te))
+			return nil, fmt.Errorf("%w: %s: %s", ErrPolicy, where(te.Offset), mustBe(te))
 		case errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("%w: %s: empty; a policy is a JSON object such as {\"version\": 1, \"principals\": {}}", ErrPolicy, labelOr(name))
 		}
@@ -227,7 +227,7 @@ func (p *Policy) ApprovalKeys() map[string][]string {
 func LoadPolicy(path string) (*Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		err = fmt.Errorf("%w: %v", ErrPolicy, err)
+		err = fmt.Errorf("%w: %w", ErrPolicy, err)
 		return DenyAll(err), err
 	}
 	p, err := ParsePolicy(path, data)
@@ -332,6 +332,23 @@ func position(data []byte, off int64) (line, col int) {
 	line = bytes.Count(before, []byte("\n")) + 1
 	col = int(off) - bytes.LastIndexByte(before, '\n')
 	return line, col
+}
+
+// mustBe says what a value of the wrong type should have been, naming
+// where it sits (encoding/json names the member, not the map key below it).
+func mustBe(te *json.UnmarshalTypeError) string {
+	kind := te.Type.Kind().String()
+	switch {
+	case te.Field == "principals" && kind == "string":
+		return `each capability in "principals" must be a string`
+	case te.Field == "principals" && kind == "slice":
+		return `each principal in "principals" must have a list of capability strings`
+	case te.Field == "approvalKeys" && kind == "string":
+		return `each key in "approvalKeys" must be a string`
+	case te.Field == "approvalKeys" && kind == "slice":
+		return `each approver in "approvalKeys" must have a list of keys`
+	}
+	return fieldName(te) + " must be " + expected(te)
 }
 
 func fieldName(te *json.UnmarshalTypeError) string {
