@@ -98,3 +98,40 @@ func TestIntent_SignedApprovals(t *testing.T) {
 		t.Errorf("run with a malformed approval key: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// doctor says whether decisions made here are signed, and fails when the
+// policy requires signed approvals that this key cannot make.
+func TestDoctor_ApprovalKey(t *testing.T) {
+	dir := workdir(t)
+	key := filepath.Join(dir, "alice.key")
+	doctorLine := func(args ...string) string {
+		t.Helper()
+		r := toolgate(t, "", append(args, "doctor")...)
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, "approval key") {
+				return l
+			}
+		}
+		t.Fatalf("doctor has no approval key line:\n%s", r.stdout)
+		return ""
+	}
+	if l := doctorLine(); !strings.Contains(l, "not signed") {
+		t.Errorf("no key: %q", l)
+	}
+	pub := strings.TrimSpace(toolgate(t, "", "--approval-key", key, "intent", "keygen", "alice").stdout)
+	if l := doctorLine("--approval-key", key); !strings.Contains(l, "are signed") || !strings.Contains(l, pub) {
+		t.Errorf("a key: %q", l)
+	}
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{},"approvalKeys":{"alice":["`+pub+`"]}}`), 0o600))
+	if l := doctorLine("--policy", policy, "--approval-key", key); !strings.Contains(l, "listed for alice") || strings.Contains(l, "failed") {
+		t.Errorf("a listed key: %q", l)
+	}
+	if l := doctorLine("--policy", policy); !strings.Contains(l, "failed") || !strings.Contains(l, "refused") {
+		t.Errorf("no key under a policy that requires one: %q", l)
+	}
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{},"approvalKeys":{"bob":["bob+00000000+AQ=="]}}`), 0o600))
+	if l := doctorLine("--policy", policy, "--approval-key", key); !strings.Contains(l, "failed") || !strings.Contains(l, "do not list") {
+		t.Errorf("a key not listed: %q", l)
+	}
+}

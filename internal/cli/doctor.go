@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -42,7 +44,7 @@ Exits 1 when something is broken (the database cannot be opened, the policy
 is invalid, the registry file does not load), 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy(), g.checkRegistry()}
+			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy(), g.checkApprovalKey(), g.checkRegistry()}
 			checks = append(checks, check{"filesystem handles", checkOK,
 				"confined with os.Root at the granted scopes: no '..', absolute-path or symbolic-link escape"})
 			checks = append(checks, check{"maxExecutionTime (in-process tools)", checkOK,
@@ -181,6 +183,48 @@ func (g *globals) checkPolicy() check {
 		c.Status, c.Detail = checkOK, "none (--policy, $TOOLGATE_POLICY): nothing is granted but what --allow adds for one call"
 	default:
 		c.Status, c.Detail = checkOK, fmt.Sprintf("%d principals, revision %s", len(p.Principals()), p.Revision())
+		if keys := p.ApprovalKeys(); len(keys) > 0 {
+			c.Detail += fmt.Sprintf("; approvals count only signed by a key it lists (keys for %d approvers)", len(keys))
+		}
+	}
+	return c
+}
+
+// checkApprovalKey says whether decisions made here are signed, and, when
+// the policy lists approval keys, whether this key is one of them.
+func (g *globals) checkApprovalKey() check {
+	c := check{Name: "approval key"}
+	key, err := g.loadApprovalKey()
+	if err != nil {
+		if ee, ok := err.(*exitError); ok && ee.err != nil {
+			err = ee.err
+		}
+		c.Status, c.Detail = checkFailed, tgruntime.Message(err)+": approving here fails until it is fixed"
+		return c
+	}
+	p, _ := g.policy()
+	var listed []string
+	if p != nil && key != nil {
+		pub := key.Verifier().String()
+		for approver, ks := range p.ApprovalKeys() {
+			if slices.Contains(ks, pub) {
+				listed = append(listed, approver)
+			}
+		}
+		slices.Sort(listed)
+	}
+	required := p != nil && len(p.ApprovalKeys()) > 0
+	switch {
+	case key == nil && required:
+		c.Status, c.Detail = checkFailed, "none (--approval-key, $TOOLGATE_APPROVAL_KEY, 'toolgate intent keygen'), and the policy requires signed approvals: approving here is refused"
+	case key == nil:
+		c.Status, c.Detail = checkOK, "none: decisions made here are not signed (see 'toolgate intent keygen')"
+	case required && len(listed) == 0:
+		c.Status, c.Detail = checkFailed, fmt.Sprintf("%s, which the policy's approvalKeys do not list: approving here is refused", key.Verifier())
+	case required:
+		c.Status, c.Detail = checkOK, fmt.Sprintf("%s, listed for %s", key.Verifier(), strings.Join(listed, ", "))
+	default:
+		c.Status, c.Detail = checkOK, fmt.Sprintf("%s: decisions made here are signed", key.Verifier())
 	}
 	return c
 }
