@@ -303,3 +303,43 @@ func TestStdio_SDKRequestIDInCallID(t *testing.T) {
 		}
 	}
 }
+
+// The plain id lists the version a call without a version runs: the
+// highest release, not a higher pre-release; every version is listed as
+// ID--VERSION.
+func TestToolsList_PlainIDIsTheHighestRelease(t *testing.T) {
+	reg := tools.NewRegistry()
+	noop := func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{}`), nil
+	}
+	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0-rc.1"} {
+		if err := reg.Register(tools.NewRaw(decl("test.rel", objSchema, func(d *tools.Declaration) { d.Version = v }), noop)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg.Freeze()
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	cs := pipeSession(t, rt, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	versions := map[string]any{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[tool.Name] = tool.Meta["io.toolgate/version"]
+	}
+	want := map[string]any{"test.rel": "1.1.0", "test.rel--1.0.0": "1.0.0", "test.rel--1.1.0": "1.1.0", "test.rel--2.0.0-rc.1": "2.0.0-rc.1", mcp.ExecuteIntentTool: nil}
+	if fmt.Sprint(versions) != fmt.Sprint(want) {
+		t.Errorf("tools/list versions %v, want %v", versions, want)
+	}
+	if res := call(t, ctx, cs, "test.rel", map[string]any{}, nil); res.IsError {
+		t.Errorf("test.rel: %s", text(t, res))
+	} else if e, err := rt.Execution(ctx, res.Meta[mcp.MetaExecutionID].(string)); err != nil || e.ToolVersion != "1.1.0" {
+		t.Errorf("test.rel ran %v (%v), want 1.1.0", e, err)
+	}
+}
