@@ -2,7 +2,6 @@ package mcp_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,21 +150,7 @@ func TestGateway_ServerLevelDeclarations(t *testing.T) {
 // cannot reach the server: the registry refuses it at Register.)
 func TestServer_SkippedToolsTheSDKRefuses(t *testing.T) {
 	bad := `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"tags":{"type":"array","description":"tags","items":{"type":"string","description":"a tag"},"x-mcp-header":"X-Tags"}},"required":[],"additionalProperties":false}`
-	reg := tools.NewRegistry()
-	noop := func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
-		return json.RawMessage(`{}`), nil
-	}
-	for _, tl := range []tools.Tool{tools.NewRaw(decl("test.tags", bad), noop), tools.NewRaw(decl("test.noop", objSchema), noop)} {
-		if err := reg.Register(tl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg.Freeze()
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
+	rt := noopTools(t, decl("test.tags", bad), decl("test.noop", objSchema))
 	srv, err := mcp.New(rt, nil)
 	if err != nil {
 		t.Fatal(err)

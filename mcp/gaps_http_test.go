@@ -19,14 +19,7 @@ import (
 // the first message of an event stream; nil when there is none).
 func rawPost(t *testing.T, ctx context.Context, url, body string, hdr map[string]string) (int, string, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Authorization", "Bearer s3cret-agent-2")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := post(ctx, url, body, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +42,8 @@ func rawPost(t *testing.T, ctx context.Context, url, body string, hdr map[string
 	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), m
 }
 
-// rawText posts one message and returns the status and the body.
-func rawText(t *testing.T, ctx context.Context, url, body string, hdr map[string]string) (int, string) {
-	t.Helper()
+// post posts one message with the test token and hdr.
+func post(ctx context.Context, url, body string, hdr map[string]string) (*http.Response, error) {
 	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -59,7 +51,13 @@ func rawText(t *testing.T, ctx context.Context, url, body string, hdr map[string
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return http.DefaultClient.Do(req)
+}
+
+// rawText posts one message and returns the status and the body.
+func rawText(t *testing.T, ctx context.Context, url, body string, hdr map[string]string) (int, string) {
+	t.Helper()
+	resp, err := post(ctx, url, body, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,15 +143,8 @@ func TestHTTP_StatelessDisconnectCancels(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		req, _ := http.NewRequestWithContext(rctx, "POST", hs.URL, strings.NewReader(
-			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test.slow","arguments":{"ms":600000},`+statelessMeta+`}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Authorization", "Bearer s3cret-agent-2")
-		for k, v := range statelessHeaders("test.slow") {
-			req.Header.Set(k, v)
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test.slow","arguments":{"ms":600000},` + statelessMeta + `}}`
+		if resp, err := post(rctx, hs.URL, body, statelessHeaders("test.slow")); err == nil {
 			io.Copy(io.Discard, resp.Body) // until the drop
 			resp.Body.Close()
 		}

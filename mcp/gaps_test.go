@@ -308,21 +308,11 @@ func TestStdio_SDKRequestIDInCallID(t *testing.T) {
 // highest release, not a higher pre-release; every version is listed as
 // ID--VERSION.
 func TestToolsList_PlainIDIsTheHighestRelease(t *testing.T) {
-	reg := tools.NewRegistry()
-	noop := func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
-		return json.RawMessage(`{}`), nil
-	}
+	var ds []tools.Declaration
 	for _, v := range []string{"1.0.0", "1.1.0", "2.0.0-rc.1"} {
-		if err := reg.Register(tools.NewRaw(decl("test.rel", objSchema, func(d *tools.Declaration) { d.Version = v }), noop)); err != nil {
-			t.Fatal(err)
-		}
+		ds = append(ds, decl("test.rel", objSchema, func(d *tools.Declaration) { d.Version = v }))
 	}
-	reg.Freeze()
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(context.Background())
+	rt := noopTools(t, ds...)
 	cs := pipeSession(t, rt, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -342,4 +332,26 @@ func TestToolsList_PlainIDIsTheHighestRelease(t *testing.T) {
 	} else if e, err := rt.Execution(ctx, res.Meta[mcp.MetaExecutionID].(string)); err != nil || e.ToolVersion != "1.1.0" {
 		t.Errorf("test.rel ran %v (%v), want 1.1.0", e, err)
 	}
+}
+
+// noopTools opens a runtime whose registry holds a tool answering {} for
+// each declaration.
+func noopTools(t *testing.T, ds ...tools.Declaration) *tgruntime.Runtime {
+	t.Helper()
+	reg := tools.NewRegistry()
+	noop := func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{}`), nil
+	}
+	for _, d := range ds {
+		if err := reg.Register(tools.NewRaw(d, noop)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg.Freeze()
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt
 }
