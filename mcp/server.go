@@ -345,6 +345,9 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 		if err != nil {
 			return s.answer(nil, err)
 		}
+		if in.Hash != hash || in.Proposer != inv.Principal {
+			in.Status = "" // the index read a log that disagrees with the intent: never run another call
+		}
 		switch in.Status {
 		case "approved", "executed":
 			inv.IntentID, inv.IntentHash = in.ID, in.Hash
