@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,8 +115,10 @@ func TestStdio_BadInput(t *testing.T) {
 	if r, _ := m["result"].(map[string]any); r == nil || r["isError"] == true {
 		t.Errorf("a good call after the bad ones: %v", m)
 	}
-	// The client leaves mid-call.
-	send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"test.slow","arguments":{"ms":300},"_meta":{"progressToken":"p"}}}`)
+	// The client leaves mid-call: nobody can receive the result, so the
+	// call is canceled (ABORTED, then ROLLED_BACK, recorded), not left to
+	// run its 10 minutes.
+	send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"test.slow","arguments":{"ms":600000},"_meta":{"progressToken":"p"}}}`)
 	if m := next(); m["method"] != "notifications/progress" { // it runs
 		t.Fatalf("want a progress notification, got %v", m)
 	}
@@ -131,7 +134,7 @@ func TestStdio_BadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 1 || recs[0].EndedAt.IsZero() || (recs[0].State != "COMPLETED" && recs[0].State != "ROLLED_BACK") {
-		t.Fatalf("the abandoned call's records: %+v", recs)
+	if len(recs) != 1 || recs[0].EndedAt.IsZero() || recs[0].State != "ROLLED_BACK" || recs[0].Error == nil || recs[0].Error.Code != "canceled" || !slices.ContainsFunc(recs[0].Transitions, func(tr txn.Transition) bool { return tr.To == "ABORTED" }) {
+		t.Fatalf("the abandoned call's records: %+v, want it canceled: ABORTED, then ROLLED_BACK", recs)
 	}
 }

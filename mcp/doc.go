@@ -10,9 +10,11 @@
 //
 // # Tools and versions
 //
-// tools/list lists every tool of the runtime's registry: the highest version
-// of each tool under its plain id (file.read), and every version, the
-// highest included, as ID--VERSION (file.read--1.0.0; a "+" of build
+// tools/list lists every tool of the runtime's registry: under its plain id
+// (file.read), the version a call without a version runs (the highest
+// release; a pre-release only when the tool has nothing else, as
+// tools.Registry.Lookup resolves ""), and every version, that one
+// included, as ID--VERSION (file.read--1.0.0; a "+" of build
 // metadata is written "_"): "@" is not allowed in an MCP tool name, and no
 // tool id contains "--", so the two forms never collide. A tool's
 // description, inputSchema and outputSchema are its declaration's; its
@@ -32,12 +34,14 @@
 // the same JSON. FAILED, DENIED, ROLLED_BACK (ABORTED included): isError, and
 // the text block holds {"state", "executionId", "error": {"type", "code",
 // "message"}} so that the model can correct itself. A call refused before it
-// ran (an intent that may not run, an idempotency key in conflict) is isError
-// with the refusal's type and code. An unknown tool or version is the
+// ran (an intent that may not run, an idempotency key in conflict, arguments
+// of toolgate.execute_intent that are not {"id", "hash"}) is isError with
+// state REFUSED and the refusal's type and code (IntentError,
+// IdempotencyError, ValidationError). An unknown tool or version is the
 // protocol's invalid-params error (-32602). The result's _meta carries
 // io.toolgate/executionId, io.toolgate/callId, io.toolgate/traceId (when
-// traced), io.toolgate/state, and io.toolgate/replayed when the outcome is a
-// stored one.
+// traced), io.toolgate/state, io.toolgate/replayed when the outcome is a
+// stored one, and io.toolgate/intentId when the call ran an intent.
 //
 // # Approvals
 //
@@ -70,7 +74,13 @@
 // on the HTTP boundary), a W3C trace context (traceparent, tracestate) that
 // the invocation's spans continue, and a progressToken: while the call runs,
 // progress notifications report the elapsed time. notifications/cancelled
-// cancels the invocation: it ends ABORTED, then ROLLED_BACK, recorded.
+// cancels the invocation: it ends ABORTED, then ROLLED_BACK, recorded. A
+// client that leaves mid-call over stdio (its input ends) cancels its calls
+// the same way, since nobody is left to receive their results; so does a
+// stateless HTTP request (protocol 2026-07-28) whose connection drops. This
+// differs from toolgate serve's HTTP API, where a call whose client left
+// runs to its end so that a retry with the same Idempotency-Key collects the
+// result.
 //
 // # Call ids
 //

@@ -91,6 +91,7 @@ type Server struct {
 	stateKey []byte // signs the request state of approval questions
 	tracer   trace.Tracer
 	skipped  []string
+	intents  intentIndex // approval's lookup of an identical call's intent
 }
 
 // New builds the MCP server of rt's registry. It fails when a registered
@@ -333,13 +334,19 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 	if err != nil {
 		return s.answer(s.rt.Execute(ctx, inv))
 	}
-	intents, err := s.rt.Intents(ctx, tgruntime.IntentFilter{})
+	// The newest intent this principal proposed for the identical call (an
+	// index, not a listing of every intent: see intentIndex).
+	id, err := s.intents.lookup(ctx, s.rt, inv.Principal, hash)
 	if err != nil {
 		return s.answer(nil, err)
 	}
-	for _, in := range slices.Backward(intents) {
+	if id != "" {
+		in, err := s.rt.Intent(ctx, id)
+		if err != nil {
+			return s.answer(nil, err)
+		}
 		if in.Hash != hash || in.Proposer != inv.Principal {
-			continue
+			in.Status = "" // the index read a log that disagrees with the intent: never run another call
 		}
 		switch in.Status {
 		case "approved", "executed":
@@ -348,8 +355,7 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 			return s.answer(s.rt.Execute(ctx, inv))
 		case "pending":
 			return s.elicit(ctx, req, inv, in)
-		}
-		break // rejected: a new intent
+		} // rejected: a new intent
 	}
 	in, err := s.rt.Propose(ctx, inv)
 	if err != nil {

@@ -28,8 +28,12 @@ func internalError(msg string) error {
 // tools/call is recorded in its call id (see "Call ids" in the package
 // documentation), and a line that is not a message is answered with the
 // protocol's error rather than ending the session. Any other transport is
-// served as it is. An invocation still running when the client leaves runs
-// to its end and is recorded.
+// served as it is. An invocation still running when the client leaves is
+// canceled, as notifications/cancelled would cancel it: nobody is left to
+// receive its result. It ends ABORTED, then ROLLED_BACK, and is recorded
+// (runtime.Runtime.Close waits for it). toolgate serve's HTTP API does the
+// opposite, because there a retry with the same Idempotency-Key can still
+// collect the result.
 func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	session := randomHex(8)
 	switch tt := t.(type) {

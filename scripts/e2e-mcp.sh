@@ -18,5 +18,16 @@ echo "== build toolgate"
 go build -o "$tmp/toolgate" ./cmd/toolgate
 
 echo "== toolgate mcp over stdio, with the SDK's client"
-TOOLGATE_BIN="$tmp/toolgate" go test -count=1 -run '^TestE2E_ToolgateMCP$' -v ./mcp | grep -E '^(=== RUN|--- |PASS|FAIL|ok)' 
+TOOLGATE_BIN="$tmp/toolgate" go test -count=1 -run '^TestE2E_ToolgateMCP$' -v ./mcp >"$tmp/out" 2>&1 || {
+	cat "$tmp/out"
+	echo "e2e-mcp: FAILED" >&2
+	exit 1
+}
+grep -E '^(=== RUN|--- |PASS|FAIL|ok)' "$tmp/out" || true
+# A test that was renamed or skipped matches nothing and passes: require it.
+if ! grep -q -- '^--- PASS: TestE2E_ToolgateMCP ' "$tmp/out"; then
+	cat "$tmp/out"
+	echo "e2e-mcp: TestE2E_ToolgateMCP did not run and pass (renamed, or skipped?)" >&2
+	exit 1
+fi
 echo "e2e-mcp: ok"

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,8 +25,9 @@ import (
 //	    command: files-mcp              # stdio: bare name (looked up) or absolute path
 //	    args: ["--root", "/srv/data"]   # literal arguments, no shell
 //	    search_path: /usr/bin:/bin      # optional; absolute entries only
-//	    env: {LC_ALL: C}                # fixed variables
+//	    env: {LC_ALL: C}                # fixed variables, written in the file: nothing secret
 //	    env_inherit: [HOME]             # copied from toolgate's environment when set
+//	    env_from: {API_KEY: FILES_MCP_KEY} # a variable whose value is read from another of toolgate's
 //	  - name: issues
 //	    url: https://mcp.example.com/mcp          # or: streamable HTTP
 //	    headers_from_env: {Authorization: ISSUES_MCP_AUTH} # header: the variable holding its value
@@ -42,18 +44,20 @@ import (
 // its own process group, killed as a whole; its limits may also give
 // max_memory and max_file_size (bytes), which bound its process (RLIMIT_AS,
 // RLIMIT_FSIZE), not each call. Secrets are never
-// written in the file: an HTTP header names the environment variable that
-// holds its value.
+// written in the file: an HTTP header (headers_from_env) or a stdio
+// server's variable (env_from) names the environment variable of toolgate
+// that holds its value, which must be set when the server starts.
 type MCPServer struct {
 	Name string
 	Line int // where the file declares it
 
 	// stdio
-	Command    string   // as written: a bare name or an absolute path
-	SearchPath string   // "" means DefaultSearchPath
-	Args       []string // literal arguments
-	Env        []string // fixed KEY=VALUE, sorted
-	EnvInherit []string // names copied from toolgate's environment
+	Command    string            // as written: a bare name or an absolute path
+	SearchPath string            // "" means DefaultSearchPath
+	Args       []string          // literal arguments
+	Env        []string          // fixed KEY=VALUE, sorted
+	EnvInherit []string          // names copied from toolgate's environment
+	EnvFrom    map[string]string // the server's variable -> toolgate's variable holding its value
 
 	// streamable HTTP
 	URL            string
@@ -115,8 +119,11 @@ func checkExecutable(p string) error {
 }
 
 // Environ is a stdio server's whole environment: PATH (the search path),
-// the inherited variables that are set, then the fixed ones.
-func (s *MCPServer) Environ() []string {
+// the inherited variables that are set, the fixed ones, then the env_from
+// ones, by name. A variable of env_from whose source is not set (or is
+// empty, or holds a NUL) is an error: the server is not started without
+// it.
+func (s *MCPServer) Environ() ([]string, error) {
 	search := s.SearchPath
 	if search == "" {
 		search = DefaultSearchPath
@@ -127,7 +134,19 @@ func (s *MCPServer) Environ() []string {
 			vars = append(vars, k+"="+v)
 		}
 	}
-	return append(vars, s.Env...)
+	vars = append(vars, s.Env...)
+	for _, k := range slices.Sorted(maps.Keys(s.EnvFrom)) {
+		src := s.EnvFrom[k]
+		v, ok := os.LookupEnv(src)
+		switch {
+		case !ok || v == "":
+			return nil, fmt.Errorf("env_from %s: the environment variable %s is not set", k, src)
+		case strings.ContainsRune(v, 0):
+			return nil, fmt.Errorf("env_from %s: the environment variable %s holds a NUL", k, src)
+		}
+		vars = append(vars, k+"="+v)
+	}
+	return vars, nil
 }
 
 // Headers reads the HTTP headers of a URL server from the environment; a
@@ -151,7 +170,7 @@ var (
 	mcpServerNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([_-][a-z0-9]+)*$`)
 	headerNameRE    = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	sha256HexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	mcpServerFields = []string{"name", "command", "args", "search_path", "env", "env_inherit", "url", "headers_from_env",
+	mcpServerFields = []string{"name", "command", "args", "search_path", "env", "env_inherit", "env_from", "url", "headers_from_env",
 		"version", "requires_approval", "idempotent", "limits", "tools"}
 	mcpToolFields = []string{"version", "schema_sha256", "requires_approval", "idempotent", "limits"}
 )
@@ -198,7 +217,7 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 	case f["command"] == nil && f["url"] == nil:
 		return s, p.errAt(n, "missing command (stdio) or url (streamable HTTP)")
 	}
-	stdioOnly := []string{"args", "search_path", "env", "env_inherit"}
+	stdioOnly := []string{"args", "search_path", "env", "env_inherit", "env_from"}
 	if f["command"] != nil {
 		if f["headers_from_env"] != nil {
 			return s, p.errAt(f["headers_from_env"], "headers_from_env goes with url")
@@ -253,6 +272,11 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 				if !envNameRE.MatchString(k) || k == "PATH" {
 					return s, p.errAt(n.Content[i], "env_inherit: %q is not a variable name, or is PATH (set search_path instead)", k)
 				}
+			}
+		}
+		if n := f["env_from"]; n != nil {
+			if s.EnvFrom, err = p.envFrom(n, &s); err != nil {
+				return s, err
 			}
 		}
 	} else {
@@ -343,6 +367,35 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 		}
 	}
 	return s, nil
+}
+
+// envFrom parses env_from: the server's variable names, each mapped to the
+// name of toolgate's variable holding its value (a value is never written
+// in the file). A name env or env_inherit gives already is refused.
+func (p *fileParser) envFrom(n *yaml.Node, s *MCPServer) (map[string]string, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errAt(n, "env_from must be a mapping of variable names to the environment variables holding their values")
+	}
+	out := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !envNameRE.MatchString(k.Value) || k.Value == "PATH" {
+			return nil, p.errAt(k, "env_from: %q is not a variable name, or is PATH (set search_path instead)", k.Value)
+		}
+		_, dup := out[k.Value]
+		if dup || slices.Contains(s.EnvInherit, k.Value) || slices.ContainsFunc(s.Env, func(e string) bool { return strings.HasPrefix(e, k.Value+"=") }) {
+			return nil, p.errAt(k, "env_from: %q given twice (in env, env_inherit or env_from)", k.Value)
+		}
+		src, err := p.str(v, "env_from value of "+k.Value)
+		if err != nil {
+			return nil, err
+		}
+		if !envNameRE.MatchString(src) {
+			return nil, p.errAt(v, "env_from: %s must name an environment variable (the value is read from it; secrets are not written in the file)", k.Value)
+		}
+		out[k.Value] = src
+	}
+	return out, nil
 }
 
 func (p *fileParser) mcpTool(n *yaml.Node) (MCPToolOptions, error) {

@@ -28,8 +28,12 @@ func (s *MCPServer) Start(stderr io.Writer) (*MCPProcess, error) {
 	if err != nil {
 		return nil, err
 	}
+	env, err := s.Environ()
+	if err != nil {
+		return nil, err
+	}
 	p, err := proc.Start(proc.StartSpec{
-		Path: path, Args: s.Args, Env: s.Environ(), Stderr: stderr,
+		Path: path, Args: s.Args, Env: env, Stderr: stderr,
 		MaxMemory: s.MaxMemory, MaxFileSize: s.MaxFileSize, Grace: 2 * time.Second,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package tools_test
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,8 +60,8 @@ func TestRegistryFile_MCPServers(t *testing.T) {
 		t.Errorf("files' write_file: %+v", o)
 	}
 	t.Setenv("HOME", "/home/x")
-	if env := f.Environ(); !slices.Equal(env, []string{"PATH=" + tools.DefaultSearchPath, "HOME=/home/x", "LC_ALL=C"}) {
-		t.Errorf("environment %v", env)
+	if env, err := f.Environ(); err != nil || !slices.Equal(env, []string{"PATH=" + tools.DefaultSearchPath, "HOME=/home/x", "LC_ALL=C"}) {
+		t.Errorf("environment %v %v", env, err)
 	}
 	if p, err := f.CommandPath(); err != nil || p != "/bin/cat" {
 		t.Errorf("CommandPath: %q %v", p, err)
@@ -104,6 +105,11 @@ func TestRegistryFile_MCPServerErrors(t *testing.T) {
 		{"bad version", "version: 2.1.0", "version: v2", 13, "not a semantic version"},
 		{"bad hash", "schema_sha256: 0123", "schema_sha256: xyz", 9, "64 lowercase hex"},
 		{"PATH in env", "env: {LC_ALL: C}", "env: {PATH: /tmp}", 5, "set search_path"},
+		{"env_from a literal", "    env_inherit: [HOME]\n", "    env_inherit: [HOME]\n    env_from: {API_KEY: sk-live-123}\n", 7, "must name an environment variable"},
+		{"env_from twice", "    env_inherit: [HOME]\n", "    env_inherit: [HOME]\n    env_from: {LC_ALL: X}\n", 7, `"LC_ALL" given twice`},
+		{"env_from inherited", "    env_inherit: [HOME]\n", "    env_inherit: [HOME]\n    env_from: {HOME: X}\n", 7, `"HOME" given twice`},
+		{"env_from PATH", "    env_inherit: [HOME]\n", "    env_inherit: [HOME]\n    env_from: {PATH: X}\n", 7, "set search_path"},
+		{"env_from with url", "    idempotent: true\n", "    idempotent: true\n    env_from: {API_KEY: X}\n", 15, "goes with command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := strings.Replace(mcpFile, tc.old, tc.new, 1)
@@ -137,5 +143,50 @@ func TestRegistryFile_MCPProcessLimits(t *testing.T) {
 		if _, err := loadMCP(t, body); !errors.Is(err, tools.ErrRegistryFile) {
 			t.Errorf("%s: %v, want a registry file error", body, err)
 		}
+	}
+}
+
+// A stdio server's env_from takes a variable's value from toolgate's
+// environment, so that a secret is never written in the file: the server
+// gets the value under its own name (not the source variable), and a
+// source that is not set refuses to start it.
+func TestRegistryFile_MCPEnvFrom(t *testing.T) {
+	got, err := loadMCP(t, `mcp_servers:
+  - name: files
+    command: /usr/bin/env
+    env: {LC_ALL: C}
+    env_from: {API_KEY: TG_TEST_FILES_KEY, B_TOKEN: TG_TEST_FILES_TOKEN}
+    limits: {max_execution_time: 30s}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got[0]
+	if s.EnvFrom["API_KEY"] != "TG_TEST_FILES_KEY" || s.EnvFrom["B_TOKEN"] != "TG_TEST_FILES_TOKEN" || len(s.EnvFrom) != 2 {
+		t.Fatalf("env_from %v", s.EnvFrom)
+	}
+	t.Setenv("TG_TEST_FILES_TOKEN", "tok")
+	os.Unsetenv("TG_TEST_FILES_KEY")
+	if _, err := s.Environ(); err == nil || err.Error() != "env_from API_KEY: the environment variable TG_TEST_FILES_KEY is not set" {
+		t.Errorf("a source that is not set: %v", err)
+	}
+	if p, err := s.Start(nil); err == nil {
+		p.Close()
+		t.Error("started a server whose env_from source is not set")
+	}
+	t.Setenv("TG_TEST_FILES_KEY", "sk-live-123")
+	env, err := s.Environ()
+	if want := []string{"PATH=" + tools.DefaultSearchPath, "LC_ALL=C", "API_KEY=sk-live-123", "B_TOKEN=tok"}; err != nil || !slices.Equal(env, want) {
+		t.Errorf("environment %v %v, want %v", env, err, want)
+	}
+	// The process gets it (env prints its environment and exits).
+	p, err := s.Start(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(p)
+	p.Close()
+	if lines := strings.Fields(string(out)); !slices.Contains(lines, "API_KEY=sk-live-123") || slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "TG_TEST_") }) {
+		t.Errorf("the server's environment: %q", out)
 	}
 }

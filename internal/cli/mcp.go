@@ -159,8 +159,9 @@ than one made out of band; it is off unless you turn it on.`,
 				}
 				return nil
 			}
-			// The client left: running invocations end, each within its own
-			// limits, and are recorded before the store closes.
+			// The client left: the SDK canceled the calls still running
+			// (ABORTED, then ROLLED_BACK, as for notifications/cancelled);
+			// Close waits until each is recorded before the store closes.
 			if err := rt.Close(context.Background()); err != nil {
 				return internalErr(err)
 			}
