@@ -44,7 +44,7 @@ var policy = map[string][]string{
 	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "golang.org/x/time/rate"},
 	"client":                   {"go.opentelemetry.io/otel"},
 	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "audit", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
-	"webui":                    {"runtime", "server", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit"},
+	"webui":                    {"runtime", "server", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit", "golang.org/x/time/rate"},
 	"internal/cli":             {"server", "webui", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "internal/gctune", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
