@@ -68,7 +68,6 @@ the approver ("*" for any). --no-local-socket on the holder turns it off.`
 
 // localSocket is the listener of a holder's local socket.
 type localSocket struct {
-	dbPath string // as the holder opened it
 	path   string // the socket
 	fi     os.FileInfo
 	hs     *http.Server
@@ -100,7 +99,7 @@ func (g *globals) startLocalSocket(ctx context.Context, rt *tgruntime.Runtime, c
 		fmt.Fprintf(stderr, "toolgate: not serving the CLI on a local socket: %v; 'toolgate intent approve' and the like fail while this process holds the database\n", userError{err})
 		return func() {}
 	}
-	ls := &localSocket{dbPath: path, path: sock, fi: fi, done: make(chan struct{}),
+	ls := &localSocket{path: sock, fi: fi, done: make(chan struct{}),
 		hs: &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}}
 	go func() {
 		defer close(ls.done)
@@ -116,7 +115,9 @@ func (g *globals) startLocalSocket(ctx context.Context, rt *tgruntime.Runtime, c
 // and removes the socket if it is still this one.
 func (ls *localSocket) stop() {
 	ls.once.Do(func() {
-		_ = txn.SetHolderSocket(ls.dbPath, "")
+		// The holder file keeps naming the socket: the store removes the
+		// file when it closes, which may be now (a rewrite here could
+		// bring it back), and a socket that is gone is not used.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if ls.hs.Shutdown(ctx) != nil {
