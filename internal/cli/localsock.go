@@ -439,7 +439,11 @@ func (g *globals) localClient(ctx context.Context, stderr io.Writer) *localClien
 	pctx, cancel := context.WithTimeout(ctx, localProbe)
 	defer cancel()
 	if err := c.do(pctx, http.MethodGet, "/healthz", principal(), nil, nil); err != nil {
-		fmt.Fprintf(stderr, "toolgate: the database's holder (pid %d) did not answer on its socket %s: %v\n", h.PID, h.Socket, userError{err})
+		var na *noAnswer
+		if errors.As(err, &na) {
+			err = na.cause
+		}
+		fmt.Fprintf(stderr, "toolgate: not asking the database's holder (pid %d) through its socket %s: %v\n", h.PID, h.Socket, userError{err})
 		return nil
 	}
 	return c
@@ -468,13 +472,31 @@ func (c *localClient) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	return conn, nil
 }
 
-// errNoAnswer: the holder did not answer a request it was sent.
-var errNoAnswer = errors.New("the database's holder did not answer")
+// noAnswer: the holder did not answer a request it was sent (or was not
+// asked: its socket did not pass the checks of dial).
+type noAnswer struct{ cause error }
+
+func (e *noAnswer) Error() string {
+	return "the database's holder did not answer on its socket: " + e.cause.Error()
+}
+
+// noAnswerErr is the noAnswer of err, an error of http.Client.Do, in the
+// user's terms.
+func noAnswerErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = errors.New("no answer in time")
+	}
+	return &noAnswer{err}
+}
 
 // do sends a request as principal who with body (nil: none) and decodes
 // the answer into out (nil: ignored). A refusal of an intent is its
 // *tgruntime.IntentError; another error answered is an error with the
-// holder's message; no answer wraps errNoAnswer.
+// holder's message; no answer is a *noAnswer.
 func (c *localClient) do(ctx context.Context, method, path, who string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -494,12 +516,12 @@ func (c *localClient) do(ctx context.Context, method, path, who string, body, ou
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errNoAnswer, err)
+		return noAnswerErr(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %v", errNoAnswer, err)
+		return noAnswerErr(err)
 	}
 	if resp.StatusCode >= 300 {
 		var e localError
@@ -540,7 +562,7 @@ func localErr(err error, decision bool) error {
 	switch {
 	case errors.As(err, new(*tgruntime.IntentError)):
 		return intentErr(err)
-	case errors.Is(err, errNoAnswer) && decision:
+	case errors.As(err, new(*noAnswer)) && decision:
 		return internalErr(fmt.Errorf("%v; whether the decision was recorded is unknown: 'toolgate intent show ID' says", err))
 	}
 	return internalErr(err)

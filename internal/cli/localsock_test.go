@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -270,7 +273,7 @@ func TestLocalSocket_HolderNotAnswering(t *testing.T) {
 	must(t, s.cmd.Process.Signal(syscall.SIGSTOP))
 	defer s.cmd.Process.Signal(syscall.SIGCONT)
 	r := toolgate(t, "", "intent", "list")
-	if r.code != ExitInternal || !strings.Contains(r.stderr, "did not answer on its socket") || !strings.Contains(r.stderr, "is locked by another process") ||
+	if r.code != ExitInternal || !strings.Contains(r.stderr, "no answer in time") || !strings.Contains(r.stderr, "is locked by another process") ||
 		!strings.Contains(r.stderr, fmt.Sprintf("pid %d", s.pid)) {
 		t.Fatalf("intent list beside a stopped holder: exit %d\n%s", r.code, r.stderr)
 	}
@@ -389,5 +392,64 @@ func TestLocalSocket_OtherUserRefused(t *testing.T) {
 	// The holder's own user is still served.
 	if r := toolgate(t, "", "intent", "list"); r.code != 0 {
 		t.Errorf("intent list: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A socket at the holder's name that another process serves (one that
+// replaced it in the directory) is not used: the CLI talks only to the pid
+// the holder file names, and otherwise fails on the lock as before.
+func TestLocalSocket_ImpostorRefused(t *testing.T) {
+	dir := workdir(t)
+	db := filepath.Join(dir, "state", "toolgate.db")
+	s := serveChild(t, dir)
+	checkSocket(t, db, s.pid)
+	must(t, os.Remove(db+".sock"))
+	l, err := net.Listen("unix", db+".sock") // this process: not the holder
+	must(t, err)
+	defer l.Close()
+	var asked atomic.Int32
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Write([]byte("[]"))
+	}))
+	r := toolgate(t, "", "intent", "list")
+	if r.code != ExitInternal || !strings.Contains(r.stderr, "not by the database's holder") || !strings.Contains(r.stderr, "is locked by another process") || asked.Load() != 0 {
+		t.Fatalf("intent list beside an impostor's socket: exit %d, the impostor asked %d times\n%s", r.code, asked.Load(), r.stderr)
+	}
+}
+
+// A holder that dies while the approver reads the prompt has recorded
+// nothing: the answer finds no one to record it, the command says so, and
+// the intent is still pending, the audit log whole.
+func TestLocalSocket_HolderDiesBeforeTheAnswer(t *testing.T) {
+	dir := workdir(t)
+	s := serveChild(t, dir)
+	c, err := client.New("http://"+s.addr, "tok", nil)
+	must(t, err)
+	it, err := c.Propose(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)})
+	must(t, err)
+	answer, answerW := io.Pipe()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(context.Background(), []string{"intent", "approve", it.ID},
+			Stdio{In: answer, Out: &out, Err: &errb, Terminal: func() bool { return true }})
+	}()
+	until(t, done, &errb, func() bool { return strings.Contains(errb.String(), "Approve this intent as") })
+	if !strings.Contains(errb.String(), `"path": "hello.txt"`) {
+		t.Errorf("the approver was not shown the intent:\n%s", errb.String())
+	}
+	must(t, s.cmd.Process.Kill())
+	<-s.done
+	s.done = nil
+	fmt.Fprintln(answerW, "y")
+	if code := <-done; code != ExitInternal || !strings.Contains(errb.String(), "whether the decision was recorded is unknown") {
+		t.Fatalf("approve after the holder died: exit %d\n%s", code, errb.String())
+	}
+	if r := toolgate(t, "", "intent", "show", it.ID); r.code != 0 || !regexp.MustCompile(`Status:\s+PENDING`).MatchString(r.stdout) {
+		t.Errorf("intent show: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := toolgate(t, "", "audit", "verify"); r.code != 0 {
+		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
