@@ -68,11 +68,11 @@ the approver ("*" for any). --no-local-socket on the holder turns it off.`
 
 // localSocket is the listener of a holder's local socket.
 type localSocket struct {
-	path   string // the socket
-	fi     os.FileInfo
-	hs     *http.Server
-	done   chan struct{}
-	once   sync.Once
+	path string // the socket
+	fi   os.FileInfo
+	hs   *http.Server
+	done chan struct{}
+	once sync.Once
 }
 
 // startLocalSocket serves rt's HTTP API on the local socket of the
