@@ -3,8 +3,7 @@ package cli
 import (
 	"errors"
 	"net"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // peerCred returns the credentials of the process at the other end of a
@@ -19,10 +18,10 @@ func peerCred(c net.Conn) (uid, pid int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	var cred *unix.Ucred
+	var cred *syscall.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
 		return 0, 0, err
 	}
