@@ -453,3 +453,16 @@ func TestLocalSocket_HolderDiesBeforeTheAnswer(t *testing.T) {
 		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// 'toolgate mcp --http' serves the local socket too.
+func TestLocalSocket_MCPHTTP(t *testing.T) {
+	dir := workdir(t)
+	db := filepath.Join(dir, "state", "toolgate.db")
+	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0")
+	checkSocket(t, db, s.pid)
+	if r := toolgate(t, "", "executions"); r.code != 0 || !strings.Contains(r.stderr, "no executions") {
+		t.Fatalf("executions beside 'mcp --http': exit %d\n%s", r.code, r.stderr)
+	}
+	s.stop(t)
+	checkGone(t, db)
+}
