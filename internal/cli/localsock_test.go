@@ -466,3 +466,35 @@ func TestLocalSocket_MCPHTTP(t *testing.T) {
 	s.stop(t)
 	checkGone(t, db)
 }
+
+// An approval through the socket is recorded by the holder and signed with
+// the holder's approval key: under a policy that counts only approvals
+// signed with that key, the CLI (which has no key) approves, and the
+// intent runs in the session.
+func TestLocalSocket_SignedByTheHolder(t *testing.T) {
+	dir := workdir(t)
+	must(t, os.WriteFile("reg.yaml", []byte(approvalRegistry), 0o600))
+	key := filepath.Join(dir, "holder.key")
+	r := toolgate(t, "", "--approval-key", key, "intent", "keygen", "holder")
+	if r.code != 0 {
+		t.Fatalf("keygen: exit %d\n%s", r.code, r.stderr)
+	}
+	policy := filepath.Join(dir, "policy.json")
+	pj, _ := json.Marshal(map[string]any{"version": 1, "principals": map[string]any{}, "approvalKeys": map[string][]string{"*": {strings.TrimSpace(r.stdout)}}})
+	must(t, os.WriteFile(policy, pj, 0o600))
+	m := startMCPChild(t, dir, "--registry", "reg.yaml", "--principal", "agent-7", "--allow", "process.exec:echo", "--policy", policy, "--approval-key", key)
+	res := m.call(t, "test.hello", map[string]any{"name": "world"})
+	in, _ := res.Meta[mcp.MetaIntent].(map[string]any)
+	id, _ := in["intentId"].(string)
+	if r := toolgate(t, "", "intent", "approve", id, "--yes"); r.code != 0 {
+		t.Fatalf("intent approve beside the session: exit %d\n%s", r.code, r.stderr)
+	}
+	res = m.call(t, mcp.ExecuteIntentTool, map[string]any{"id": id, "hash": in["hash"]})
+	if res.Meta[mcp.MetaState] != "COMPLETED" {
+		t.Fatalf("execute_intent after an approval signed by the holder: %+v\n%s", res, m.stderr.String())
+	}
+	m.close(t)
+	if r := toolgate(t, "", "--policy", policy, "audit", "verify"); r.code != 0 {
+		t.Errorf("audit verify under the keyed policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
