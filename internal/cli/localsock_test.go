@@ -494,6 +494,9 @@ func TestLocalSocket_SignedByTheHolder(t *testing.T) {
 		t.Fatalf("execute_intent after an approval signed by the holder: %+v\n%s", res, m.stderr.String())
 	}
 	m.close(t)
+	if r := toolgate(t, "", "intent", "show", id); !strings.Contains(r.stdout, "approved by "+principal()+", signed with key holder") {
+		t.Errorf("intent show: %s%s", r.stdout, r.stderr)
+	}
 	if r := toolgate(t, "", "--policy", policy, "audit", "verify"); r.code != 0 {
 		t.Errorf("audit verify under the keyed policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
