@@ -26,7 +26,14 @@ type Holder struct {
 	// over streamable HTTP), when it said so (SetHolderAddr).
 	Addr string `json:"addr,omitempty"`
 	API  string `json:"api,omitempty"`
+	// Socket is the Unix socket on which the holder serves the CLI of its
+	// own OS user (see SocketPath), when it said so (SetHolderSocket).
+	Socket string `json:"socket,omitempty"`
 }
+
+// SocketPath is the Unix socket next to the database at dbPath through
+// which its holder serves the CLI: dbPath with ".sock" appended.
+func SocketPath(dbPath string) string { return dbPath + ".sock" }
 
 // HolderPath is the holder file of the database at dbPath: dbPath with
 // ".holder" appended.
@@ -51,6 +58,11 @@ func ReadHolder(dbPath string) *Holder {
 // serves api (see Holder.API) on addr. Only the holder may: it fails when
 // the holder file names another process.
 func SetHolderAddr(dbPath, addr, api string) error {
+	return updateHolder(dbPath, func(h *Holder) { h.Addr, h.API = addr, api })
+}
+
+// updateHolder changes this process's holder file with set.
+func updateHolder(dbPath string, set func(*Holder)) error {
 	b, err := os.ReadFile(HolderPath(dbPath))
 	if err != nil {
 		return err
@@ -62,8 +74,15 @@ func SetHolderAddr(dbPath, addr, api string) error {
 	if h.PID != os.Getpid() {
 		return errors.New("txn: the database's holder file names another process")
 	}
-	h.Addr, h.API = addr, api
+	set(&h)
 	return writeHolder(dbPath, &h)
+}
+
+// SetHolderSocket records that the process holding the database at dbPath
+// serves the CLI on the Unix socket at path ("" says it no longer does).
+// Only the holder may, as for SetHolderAddr.
+func SetHolderSocket(dbPath, path string) error {
+	return updateHolder(dbPath, func(h *Holder) { h.Socket = path })
 }
 
 // recordHolder writes this process's holder file for the database at

@@ -38,6 +38,12 @@ func TestHolder(t *testing.T) {
 	if h := txn.ReadHolder(path); h == nil || h.Addr != "127.0.0.1:7070" || h.API != "http" {
 		t.Fatalf("holder after SetHolderAddr = %+v", h)
 	}
+	if err := txn.SetHolderSocket(path, txn.SocketPath(path)); err != nil {
+		t.Fatal(err)
+	}
+	if h := txn.ReadHolder(path); h == nil || h.Socket != path+".sock" || h.Addr != "127.0.0.1:7070" {
+		t.Fatalf("holder after SetHolderSocket = %+v", h)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

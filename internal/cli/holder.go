@@ -286,14 +286,29 @@ func (g *globals) showThroughServer(ctx context.Context, held *heldError, stdio 
 		held.hint = fmt.Sprintf("the server there can show it: run 'toolgate show %s --token TOKEN' (or set $TOOLGATE_TOKEN) with a token of its config file", clean(id))
 		return &exitError{code: ExitInternal, err: held}
 	}
+	note := fmt.Sprintf("toolgate: the database is held by the server at %s (pid %d): read through its HTTP API\n", base, held.holder.PID)
+	return fetchExecution(ctx, http.DefaultClient, base, func(req *http.Request) { req.Header.Set("Authorization", "Bearer "+tok) }, note, stdio, id, show)
+}
+
+// showThroughSocket is 'toolgate show ID' through the local socket of the
+// database's holder (localsock.go), as showThroughServer.
+func (g *globals) showThroughSocket(ctx context.Context, lc *localClient, stdio Stdio, id string, show func(*txn.Record) error) error {
+	note := fmt.Sprintf("toolgate: the database is held by pid %d: asked through its socket %s\n", lc.pid, lc.sock)
+	return fetchExecution(ctx, lc.hc, "http://toolgate", func(req *http.Request) { req.Header.Set(principalHeader, principal()) }, note, stdio, id, show)
+}
+
+// fetchExecution is GET /v1/executions/{id} of toolgate's HTTP API at base
+// with hc, auth setting the request's credentials; note is said on stderr
+// once the server answered, and the record is handed to show.
+func fetchExecution(ctx context.Context, hc *http.Client, base string, auth func(*http.Request), note string, stdio Stdio, id string, show func(*txn.Record) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/executions/"+url.PathEscape(id), nil)
 	if err != nil {
 		return usageErr("no execution %s", clean(id))
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
+	auth(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return internalErr(fmt.Errorf("the database is held by the server at %s, which did not answer: %v", base, err))
 	}
@@ -302,7 +317,7 @@ func (g *globals) showThroughServer(ctx context.Context, held *heldError, stdio 
 	if err != nil {
 		return internalErr(fmt.Errorf("reading the server's answer: %v", err))
 	}
-	fmt.Fprintf(stdio.Err, "toolgate: the database is held by the server at %s (pid %d): read through its HTTP API\n", base, held.holder.PID)
+	fmt.Fprint(stdio.Err, note)
 	var problem struct {
 		Title  string `json:"title"`
 		Detail string `json:"detail"`

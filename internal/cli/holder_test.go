@@ -110,7 +110,7 @@ func (s *served) stop(t *testing.T) {
 // read (there is no such read in the server's API but one execution).
 func TestHeld_NamesTheServer(t *testing.T) {
 	dir := workdir(t)
-	s := serveChild(t, dir)
+	s := serverChild(t, dir, "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket") // localsock_test.go: with it
 	holder := fmt.Sprintf("(pid %d, listening on %s)", s.pid, s.addr)
 	cases := []struct {
 		args []string
@@ -143,7 +143,7 @@ func TestHeld_NamesTheServer(t *testing.T) {
 // and no read through an HTTP API it does not serve is offered.
 func TestHeld_NamesTheMCPServer(t *testing.T) {
 	dir := workdir(t)
-	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0")
+	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0", "--no-local-socket")
 	r := toolgate(t, "", "executions")
 	if r.code != ExitInternal || !strings.Contains(r.stderr, fmt.Sprintf("(pid %d, listening on %s for MCP)", s.pid, s.addr)) ||
 		!strings.Contains(r.stderr, " mcp --http ") || strings.Contains(r.stderr, "--token") {
@@ -158,7 +158,7 @@ func TestHeld_NamesTheMCPServer(t *testing.T) {
 // user's token; without one it says which flag to pass.
 func TestHeld_ShowThroughTheServer(t *testing.T) {
 	dir := workdir(t)
-	s := serveChild(t, dir)
+	s := serverChild(t, dir, "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket")
 	c, err := client.New("http://"+s.addr, "tok", nil)
 	must(t, err)
 	res, err := c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)})

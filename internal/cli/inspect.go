@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -31,7 +32,9 @@ shared lock, which cannot coexist with the exclusive lock of a writer (a
 running 'toolgate serve' or 'toolgate run'): it then fails after a second
 (--wait D: after D) with a "locked" error (exit 1) that names the holder, its
 pid and a server's address. 'toolgate show' reads through a local server's
-HTTP API instead, with --token or $TOOLGATE_TOKEN.`
+HTTP API instead, with --token or $TOOLGATE_TOKEN.
+
+` + localSocketHelp
 
 func newExecutionsCmd(g *globals, stdio Stdio) *cobra.Command {
 	var (
@@ -67,26 +70,34 @@ print the records as stored.
 			if limit < 0 {
 				return usageErr("--limit: %d is negative (0 lists every record)", limit)
 			}
-			store, err := g.openReadOnly()
-			if err != nil {
-				return err
-			}
-			recs := []*txn.Record{}
-			if store != nil {
-				defer store.Close()
-				// txn.Filter.Limit keeps the oldest records; the newest are wanted.
-				all, err := store.List(cmd.Context(), f)
-				if err != nil {
-					return internalErr(err)
+			var all []*txn.Record
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: ask the holder
+				lc.note(stdio.Err)
+				q := url.Values{"state": {f.State}, "tool": {f.ToolID}, "call": {f.CallID}}
+				if err := lc.get(cmd.Context(), "/v1/executions", q, &all); err != nil {
+					return localErr(err, false)
 				}
-				for _, r := range all {
-					if version == "" || r.ToolVersion == version {
-						recs = append(recs, r)
+			} else {
+				store, err := g.openReadOnly()
+				if err != nil {
+					return err
+				}
+				if store != nil {
+					defer store.Close()
+					// txn.Filter.Limit keeps the oldest records; the newest are wanted.
+					if all, err = store.List(cmd.Context(), f); err != nil {
+						return internalErr(err)
 					}
 				}
-				if limit > 0 && len(recs) > limit {
-					recs = recs[len(recs)-limit:]
+			}
+			recs := []*txn.Record{}
+			for _, r := range all {
+				if version == "" || r.ToolVersion == version {
+					recs = append(recs, r)
 				}
+			}
+			if limit > 0 && len(recs) > limit {
+				recs = recs[len(recs)-limit:]
 			}
 			if g.json {
 				return encodeJSON(stdio, recs)
@@ -144,6 +155,14 @@ names each field that disagrees, and exits 7.
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: ask the holder
+				return g.showThroughSocket(cmd.Context(), lc, stdio, id, func(rec *txn.Record) error {
+					if g.json {
+						return encodeJSON(stdio, rec)
+					}
+					return writeRecord(stdio.Out, rec, stack)
+				})
+			}
 			store, err := g.openReadOnly()
 			if held := heldBy(err); held != nil { // a local server holds it: ask it
 				return g.showThroughServer(cmd.Context(), held, stdio, id, func(rec *txn.Record) error {

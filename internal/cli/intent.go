@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -137,33 +140,44 @@ func newIntentListCmd(g *globals, stdio Stdio) *cobra.Command {
 			default:
 				return usageErr("--status: %q is not one of pending, approved, rejected, executed", status)
 			}
+			all := []*tgruntime.Intent{}
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: ask the holder
+				lc.note(stdio.Err)
+				if err := lc.get(cmd.Context(), "/v1/intents", url.Values{"status": {status}}, &all); err != nil {
+					return localErr(err, false)
+				}
+				return printIntents(g, stdio, all)
+			}
 			store, err := g.openReadOnly()
 			if err != nil {
 				return err
 			}
-			all := []*tgruntime.Intent{}
 			if store != nil { // else no database yet: no intents
 				defer store.Close()
 				if all, err = readIntents(cmd.Context(), store, status); err != nil {
 					return err
 				}
 			}
-			if g.json {
-				if all == nil {
-					all = []*tgruntime.Intent{}
-				}
-				return encodeJSON(stdio, all)
-			}
-			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INTENT\tSTATUS\tTOOL\tPROPOSED\tBY")
-			for _, it := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\n", it.ID, it.Status, it.Tool, it.Version, it.ProposedAt.Local().Format(time.DateTime), it.Proposer)
-			}
-			return tw.Flush()
+			return printIntents(g, stdio, all)
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only intents in this status: pending, approved, rejected, executed")
 	return cmd
+}
+
+func printIntents(g *globals, stdio Stdio, all []*tgruntime.Intent) error {
+	if g.json {
+		if all == nil {
+			all = []*tgruntime.Intent{}
+		}
+		return encodeJSON(stdio, all)
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INTENT\tSTATUS\tTOOL\tPROPOSED\tBY")
+	for _, it := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%s\t%s\n", it.ID, it.Status, it.Tool, it.Version, it.ProposedAt.Local().Format(time.DateTime), it.Proposer)
+	}
+	return tw.Flush()
 }
 
 // intentView is an intent with what it would run.
@@ -297,11 +311,19 @@ not match the audit log was changed outside toolgate: show says so and exits 7.
 			if err := checkIntentID(id); err != nil {
 				return intentErr(err)
 			}
-			reg, err := g.registry()
-			if err != nil {
+			if err := g.intentDatabase(id); err != nil {
 				return err
 			}
-			if err := g.intentDatabase(id); err != nil {
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: ask the holder
+				lc.note(stdio.Err)
+				var v localIntent
+				if err := lc.get(cmd.Context(), "/v1/intents/"+id, nil, &v); err != nil {
+					return localErr(err, false)
+				}
+				return showIntent(g, stdio, id, v.intentView, v.Discrepancies)
+			}
+			reg, err := g.registry()
+			if err != nil {
 				return err
 			}
 			store, err := g.openReadOnly()
@@ -320,21 +342,27 @@ not match the audit log was changed outside toolgate: show says so and exits 7.
 			if err != nil {
 				return internalErr(fmt.Errorf("reading the audit log: %w", err))
 			}
-			v := viewOf(reg, it)
-			if g.json {
-				err = encodeJSON(stdio, v)
-			} else {
-				if len(ds) > 0 {
-					writeDiscrepancies(stdio.Out, "this intent", ds)
-				}
-				printIntent(stdio.Out, v)
-			}
-			if err != nil || len(ds) == 0 {
-				return err
-			}
-			return unproven("intent "+id, ds)
+			return showIntent(g, stdio, id, viewOf(reg, it), ds)
 		},
 	}
+}
+
+// showIntent prints v, saying first what the audit log does not prove
+// (ds), and then fails.
+func showIntent(g *globals, stdio Stdio, id string, v intentView, ds []tgruntime.Discrepancy) error {
+	var err error
+	if g.json {
+		err = encodeJSON(stdio, v)
+	} else {
+		if len(ds) > 0 {
+			writeDiscrepancies(stdio.Out, "this intent", ds)
+		}
+		printIntent(stdio.Out, v)
+	}
+	if err != nil || len(ds) == 0 {
+		return err
+	}
+	return unproven("intent "+id, ds)
 }
 
 func newIntentApproveCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -347,7 +375,9 @@ func newIntentApproveCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "Approve an intent after seeing exactly what it will run",
 		Long: `Show exactly what the intent will run and ask for confirmation (y/n) on a
 terminal. --yes approves without asking, for scripts; without a terminal and
-without --yes, nothing is approved. A decision is final.`,
+without --yes, nothing is approved. A decision is final.
+
+` + localSocketHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if by == "" {
@@ -359,25 +389,35 @@ without --yes, nothing is approved. A decision is final.`,
 			if err := g.intentDatabase(args[0]); err != nil {
 				return err
 			}
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: the holder records it
+				lc.note(stdio.Err)
+				if g.approvalKey != "" || os.Getenv("TOOLGATE_APPROVAL_KEY") != "" {
+					fmt.Fprintf(stdio.Err, "toolgate: the approval is signed with the approval key of pid %d, not with this command's\n", lc.pid)
+				}
+				var v localIntent
+				if err := lc.get(cmd.Context(), "/v1/intents/"+args[0], nil, &v); err != nil {
+					return localErr(err, false)
+				}
+				if err := confirmApproval(stdio, v.intentView, by, yes); err != nil {
+					return err
+				}
+				if err := lc.do(cmd.Context(), http.MethodPost, "/v1/intents/"+args[0]+"/approve", by, decideRequest{Hash: v.Hash}, &v); err != nil {
+					return localErr(err, true)
+				}
+				if g.json {
+					return encodeJSON(stdio, v.intentView)
+				}
+				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: %s\n", v.ID, v.RunHint)
+				return nil
+			}
 			g.decides = true // the decision is signed with the approval key, if any
 			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {
 				it, err := rt.Intent(cmd.Context(), args[0])
 				if err != nil {
 					return intentErr(err)
 				}
-				printIntent(stdio.Err, viewOf(rt.Registry(), it))
-				if it.Status != tgruntime.IntentPending {
-					return &exitError{code: ExitDenied, err: fmt.Errorf("intent %s is %s: a decision is final", it.ID, it.Status)}
-				}
-				if !yes {
-					if !stdio.terminal() {
-						return usageErr("not approving without a terminal to ask on: run it in a terminal, or pass --yes")
-					}
-					fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
-					line, _ := readLine(stdio.In, maxAnswer) // too long, or no answer: not a yes
-					if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-						return &exitError{code: ExitDenied, err: errors.New("not approved")}
-					}
+				if err := confirmApproval(stdio, viewOf(rt.Registry(), it), by, yes); err != nil {
+					return err
 				}
 				it, err = rt.Approve(cmd.Context(), it.ID, by)
 				if err != nil {
@@ -396,12 +436,37 @@ without --yes, nothing is approved. A decision is final.`,
 	return cmd
 }
 
+// confirmApproval shows v on stderr, exactly what it would run, and asks
+// whether by approves it, unless yes; it fails unless the answer is a yes
+// and the intent is pending.
+func confirmApproval(stdio Stdio, v intentView, by string, yes bool) error {
+	printIntent(stdio.Err, v)
+	if v.Status != tgruntime.IntentPending {
+		return &exitError{code: ExitDenied, err: fmt.Errorf("intent %s is %s: a decision is final", v.ID, v.Status)}
+	}
+	if yes {
+		return nil
+	}
+	if !stdio.terminal() {
+		return usageErr("not approving without a terminal to ask on: run it in a terminal, or pass --yes")
+	}
+	fmt.Fprintf(stdio.Err, "Approve this intent as %s? [y/N] ", by)
+	line, _ := readLine(stdio.In, maxAnswer) // too long, or no answer: not a yes
+	if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+		return &exitError{code: ExitDenied, err: errors.New("not approved")}
+	}
+	return nil
+}
+
 func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 	var reason, by string
 	cmd := &cobra.Command{
 		Use:   "reject ID --reason TEXT",
 		Short: "Reject an intent, with a reason",
-		Args:  cobra.ExactArgs(1),
+		Long: `Reject an intent, with a reason. A decision is final.
+
+` + localSocketHelp,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usageErr("--reason is required")
@@ -414,6 +479,18 @@ func newIntentRejectCmd(g *globals, stdio Stdio) *cobra.Command {
 			}
 			if err := g.intentDatabase(args[0]); err != nil {
 				return err
+			}
+			if lc := g.localClient(cmd.Context(), stdio.Err); lc != nil { // held: the holder records it
+				lc.note(stdio.Err)
+				var v localIntent
+				if err := lc.do(cmd.Context(), http.MethodPost, "/v1/intents/"+args[0]+"/reject", by, decideRequest{Reason: reason}, &v); err != nil {
+					return localErr(err, true)
+				}
+				if g.json {
+					return encodeJSON(stdio, v.intentView)
+				}
+				fmt.Fprintf(stdio.Out, "rejected %s\n", v.ID)
+				return nil
 			}
 			g.decides = true // the decision is signed with the approval key, if any
 			return g.withRuntime(nil, func(rt *tgruntime.Runtime) error {

@@ -30,6 +30,7 @@ func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {
 		who, addr, config string
 		allow             []string
 		remote, elicit    bool
+		noSocket          bool
 		progressEvery     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -55,6 +56,10 @@ mcp.call:NAME/TOOL; a grant of mcp.call:NAME covers the server).
 Tools appear under their id (the highest version) and as ID--VERSION for each
 version. A tool that requires approval answers a call with an intent to
 approve ('toolgate intent approve ID'); toolgate.execute_intent then runs it.
+While the session lasts, that command (run by the same OS user) reaches this
+process through a Unix socket next to the database, and the approval is
+recorded and signed (with this process's approval key, if any) here; see
+'toolgate intent approve --help'. --no-local-socket turns it off.
 
 --approve-via-elicitation lets the agent's own MCP client approve instead:
 it shows its user the exact call and its hash (elicitation), and an accept
@@ -131,6 +136,8 @@ than one made out of band; it is off unless you turn it on.`,
 			if err != nil {
 				return usageErr("%v", err)
 			}
+			stopSocket := g.startLocalSocket(cmd.Context(), rt, cfg, noSocket, stdio.Err) // localsock.go
+			defer stopSocket()
 			for _, s := range srv.Skipped() {
 				fmt.Fprintf(stdio.Err, "toolgate: left out of tools/list: %s\n", s)
 			}
@@ -162,6 +169,7 @@ than one made out of band; it is off unless you turn it on.`,
 			// The client left: the SDK canceled the calls still running
 			// (ABORTED, then ROLLED_BACK, as for notifications/cancelled);
 			// Close waits until each is recorded before the store closes.
+			stopSocket()
 			if err := rt.Close(context.Background()); err != nil {
 				return internalErr(err)
 			}
@@ -174,6 +182,7 @@ than one made out of band; it is off unless you turn it on.`,
 	cmd.Flags().StringVar(&config, "config", "", "with --http: the server config file mapping bearer tokens to principals")
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "with --http: allow an address beyond loopback")
 	cmd.Flags().BoolVar(&elicit, "approve-via-elicitation", false, "let the client ask its user to approve a call that requires approval (recorded via elicitation)")
+	cmd.Flags().BoolVar(&noSocket, "no-local-socket", false, "serve the CLI of this OS user no Unix socket next to the database (see 'toolgate intent approve --help')")
 	cmd.Flags().DurationVar(&progressEvery, "progress-interval", time.Second, "how often a call that asked for progress reports it")
 	return cmd
 }

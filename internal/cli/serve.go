@@ -26,6 +26,7 @@ func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
 		hashToken    bool
 		noRequestLog bool
 		noUI         bool
+		noSocket     bool
 		jaegerURL    string
 		cpFile       string
 		cpKey        string
@@ -80,6 +81,10 @@ stderr with what to fix; /readyz answers 503 until the server is restarted.
 Each request (the web UI's too) is logged on stderr once answered, one structured line
 (msg=request method path principal status executionId duration);
 --no-request-log turns that off.
+
+While it holds a database file, the server also serves its own OS user's CLI
+on a Unix socket next to it ('toolgate intent approve --help' says more;
+--no-local-socket turns it off).
 
 'toolgate serve --hash-token' reads a token on stdin and prints the SHA-256
 the config file stores for it.`,
@@ -187,6 +192,8 @@ the config file stores for it.`,
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)
 			}
+			stopSocket := g.startLocalSocket(cmd.Context(), rt, cfg, noSocket, stdio.Err) // localsock.go
+			defer stopSocket()
 			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
 			if !noUI {
 				fmt.Fprintf(stdio.Err, "toolgate: web UI on http://%s/ui/\n", l.Addr())
@@ -203,6 +210,7 @@ the config file stores for it.`,
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "allow a listen address beyond loopback")
 	cmd.Flags().BoolVar(&noRequestLog, "no-request-log", false, "write no request log (one line per request on stderr: method, path, principal, status, executionId, duration)")
 	cmd.Flags().BoolVar(&noUI, "no-ui", false, "serve no web UI under /ui/")
+	cmd.Flags().BoolVar(&noSocket, "no-local-socket", false, "serve the CLI of this OS user no Unix socket next to the database (see 'toolgate intent approve --help')")
 	cmd.Flags().StringVar(&jaegerURL, "jaeger-url", "", "a Jaeger UI's address (http://localhost:16686): the web UI links trace ids to it")
 	cmd.Flags().StringVar(&cpFile, "audit-checkpoint", "", "a checkpoint file (from 'toolgate audit checkpoint') the web UI's audit page checks the log against; read on each view")
 	cmd.Flags().StringVar(&cpKey, "audit-key", "", "the key that signed --audit-checkpoint (as 'toolgate audit verify --key')")
