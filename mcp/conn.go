@@ -83,6 +83,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
+		msg = c.t.s.cleanError(r)
+	}
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encoding a message: %v", err)
@@ -186,7 +189,11 @@ func (c *lineConn) decode(line []byte) jsonrpc.Message {
 				return msg
 			}
 		}
-		if json.Valid(line) {
+		var pe *paramsError
+		switch {
+		case errors.As(err, &pe):
+			code, text = jsonrpc.CodeInvalidParams, pe.Error()
+		case json.Valid(line):
 			code, text = jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()
 		}
 	case json.Valid(line):
@@ -220,6 +227,9 @@ func (c *lineConn) message(m *wireMsg) (jsonrpc.Message, error) {
 	}
 	params := m.Params
 	if method == "tools/call" && id.IsValid() {
+		if err := checkCallParams(params); err != nil {
+			return nil, err
+		}
 		if tagged := c.t.s.tagParams(params, idText(id), c.t.session); tagged != nil {
 			params = tagged
 		}

@@ -80,7 +80,11 @@
 // the MCP request. Over stdio the session is a random id per connection; over
 // stateless HTTP, per request. Server.Run and Server.Handler read the request
 // id off the wire; a server connected to a transport another way records a
-// new call id instead.
+// new call id instead. The request id travels in the call's _meta under a
+// key random per Server, placed last, so that a client's own copy of the
+// key (in any spelling) loses to it; params the SDK could not decode, whose
+// message would quote them with the key, are refused in the protocol's
+// terms first (over HTTP they are left untagged).
 //
 // # Stdio framing
 //

@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/txn"
 )
 
 type bearer struct{ token string }
@@ -132,4 +134,53 @@ func TestHTTP_Refusals(t *testing.T) {
 	cs := httpClient(t, hs.URL, "s3cret-agent-2", "", nil)
 	completed(t, call(t, context.Background(), cs, "test.noop", map[string]any{}, nil))
 	cs.Close()
+}
+
+// Over HTTP, params the SDK cannot decode are answered by it, quoting
+// them: they are not tagged first, so the tag's key is not in the answer;
+// and a tools/call whose method is written with escapes ("tools\/call",
+// which the SDK reads as tools/call) is tagged all the same: its record
+// names the MCP request.
+func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
+	rt, hs := httpServer(t)
+	session := ""
+	post := func(body string) (string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer s3cret-agent-2")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.Header
+	}
+	_, h := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if session = h.Get("Mcp-Session-Id"); session == "" {
+		t.Fatal("no session")
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test.noop","arguments":{},"inputResponses":{"x":5}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test.noop","arguments":{},"requestState":7}}`,
+	} {
+		if body, _ := post(line); strings.Contains(body, "io.toolgate/rpc-") || !strings.Contains(body, "-32602") {
+			t.Errorf("%s: answer %.400s", line, body)
+		}
+	}
+	body, _ := post(`{"jsonrpc":"2.0","id":"esc","method":"tools\/call","params":{"name":"test.noop","arguments":{}}}`)
+	if !strings.Contains(body, `"io.toolgate/callId":"mcp:`+session+`:esc"`) {
+		t.Errorf("tools\\/call: answer %.400s, want the call id mcp:%s:esc", body, session)
+	}
+	recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "test.noop"})
+	if err != nil || len(recs) != 1 || recs[0].CallID != "mcp:"+session+":esc" || recs[0].Principal != "agent-2" {
+		t.Errorf("records %v %+v", err, recs)
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The SDK does not hand a tool handler the JSON-RPC id of its request. The
@@ -114,16 +116,19 @@ func decodeWireFast(data []byte) *wireMsg {
 // returns the message re-encoded, or nil when data is anything else (or not
 // valid JSON-RPC: the SDK answers that). The HTTP transport tags with it.
 func (s *Server) tagMessage(data []byte, session string) []byte {
-	if !bytes.Contains(data, []byte(`"tools/call"`)) {
-		return nil
+	if !bytes.Contains(data, []byte(`"tools/call"`)) && !bytes.Contains(data, []byte(`\`)) {
+		return nil // neither the method, nor one written with escapes
 	}
 	m, err := decodeWire(data)
-	if err != nil || string(m.Method) != `"tools/call"` {
+	if err != nil || len(m.Method) == 0 {
+		return nil
+	}
+	if method, err := unquote(m.Method); err != nil || method != "tools/call" {
 		return nil
 	}
 	id, err := makeID(m.ID)
-	if err != nil || !id.IsValid() {
-		return nil
+	if err != nil || !id.IsValid() || checkCallParams(m.Params) != nil {
+		return nil // the SDK refuses it, quoting the params: without the tag
 	}
 	p := s.tagParams(m.Params, idText(id), session)
 	if p == nil {
@@ -143,14 +148,16 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 // their _meta (a _meta added when there is none), without decoding and
 // encoding them again: p is valid JSON (decodeWire read it), and only its
 // top level is walked. The tag is one string, "SESSION ID" (the session
-// is hex, so the first space ends it). Params that are not an object,
-// whose name is not a string, or whose _meta is not an object are not
-// tagged (nil): the SDK refuses them.
+// is hex, so the first space ends it). It goes last in the _meta object:
+// the decoders keep the last of duplicate keys, so a copy of the tag's key
+// that a client wrote itself (had it learnt the key) loses to the server's.
+// Params that are not an object, whose name is not a string, or whose
+// _meta is not an object are not tagged (nil): the SDK refuses them.
 func (s *Server) tagParams(p json.RawMessage, id, session string) json.RawMessage {
 	if len(p) < 2 || p[0] != '{' {
 		return nil
 	}
-	meta, named := -1, false // where the _meta object starts; name is a string
+	meta, metaEnd, named := -1, -1, false // where the _meta object starts and ends; name is a string
 	for i := skipSpace(p, 1); i < len(p) && p[i] != '}'; {
 		k := i
 		if i = skipString(p, i); i < 0 {
@@ -169,7 +176,7 @@ func (s *Server) tagParams(p json.RawMessage, id, session string) json.RawMessag
 			if p[v] != '{' {
 				return nil
 			}
-			meta = v // the decoders keep the last of duplicate keys
+			meta, metaEnd = v, i // the decoders keep the last of duplicate keys
 		case `"name"`:
 			named = p[v] == '"'
 		}
@@ -180,26 +187,108 @@ func (s *Server) tagParams(p json.RawMessage, id, session string) json.RawMessag
 	if !named {
 		return nil // the SDK refuses it, quoting the params: without the key
 	}
-	at := meta + 1
-	if meta < 0 {
-		at = 1
-	}
 	b := make([]byte, 0, len(p)+len(s.tagKey)+len(session)+len(id)+32)
-	b = append(b, p[:at]...)
-	if meta < 0 {
-		b = append(b, `"_meta":{`...)
+	tag := func(b []byte) []byte {
+		b = append(b, '"')
+		b = append(b, s.tagKey...)
+		b = append(b, `":`...)
+		return appendJSONString(b, session+" "+id)
 	}
-	b = append(b, '"')
-	b = append(b, s.tagKey...)
-	b = append(b, `":`...)
-	b = appendJSONString(b, session+" "+id)
-	if meta < 0 {
+	if meta < 0 { // a _meta of its own, first
+		b = append(b, p[:1]...)
+		b = tag(append(b, `"_meta":{`...))
 		b = append(b, '}')
+		if rest := skipSpace(p, 1); rest < len(p) && p[rest] != '}' {
+			b = append(b, ',')
+		}
+		return append(b, p[1:]...)
 	}
-	if rest := skipSpace(p, at); rest < len(p) && p[rest] != '}' {
+	at := metaEnd - 1 // the _meta object's closing brace
+	b = append(b, p[:at]...)
+	if skipSpace(p, meta+1) < at { // not empty
 		b = append(b, ',')
 	}
+	b = tag(b)
 	return append(b, p[at:]...)
+}
+
+// maxParamsDepth is how deep the SDK's decoder lets params nest.
+const maxParamsDepth = 1000
+
+// paramsError is params of a tools/call that the SDK's decoder would
+// refuse, said in the protocol's terms: the SDK's own message quotes the
+// params whole (the tag with them) and names Go types.
+type paramsError struct{ reason string }
+
+func (e *paramsError) Error() string { return "invalid params: " + e.reason }
+
+// checkCallParams refuses the params of a tools/call that the SDK could
+// not decode (as sdk.CallToolParamsRaw, at most maxParamsDepth deep).
+func checkCallParams(p json.RawMessage) error {
+	if len(p) == 0 || string(p) == "null" {
+		return nil // the SDK says params are required
+	}
+	if nestedDeeper(p, maxParamsDepth) {
+		return &paramsError{fmt.Sprintf("the params nest deeper than %d levels", maxParamsDepth)}
+	}
+	if p[0] != '{' {
+		return &paramsError{"the params of tools/call are a JSON object"}
+	}
+	var v sdk.CallToolParamsRaw
+	if err := json.Unmarshal(p, &v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return &paramsError{fmt.Sprintf("params.%s may not be a JSON %s", te.Field, te.Value)}
+		}
+		return &paramsError{"the params of tools/call are {name, arguments, _meta, inputResponses, requestState} with the types MCP gives them"}
+	}
+	return nil
+}
+
+// nestedDeeper reports whether the JSON b nests objects and arrays deeper
+// than max, as the SDK's decoder counts.
+func nestedDeeper(b []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > max {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// cleanError is an error response to send in place of r: the SDK's
+// message for params it could not decode quotes the params whole (a
+// tools/call's tag with them) and names Go types; it becomes a message in
+// the protocol's terms. Any other error is sent as it is.
+func (s *Server) cleanError(r *jsonrpc.Response) *jsonrpc.Response {
+	msg := r.Error.Error()
+	if !strings.Contains(msg, "unmarshaling ") && !strings.Contains(msg, s.tagKey) {
+		return r
+	}
+	code := int64(jsonrpc.CodeInvalidParams)
+	var we *jsonrpc.Error
+	if errors.As(r.Error, &we) && we.Code != 0 {
+		code = we.Code
+	}
+	return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: code,
+		Message: "invalid params: the params do not have the types the protocol gives them"}}
 }
 
 // The JSON walkers below read valid JSON only (decodeWire checked it); each
