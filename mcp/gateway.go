@@ -73,7 +73,10 @@ type GatewayOptions struct {
 // mid-call, is a tools.UnavailableError, which the runtime records as a
 // ResourceError ("mcp_upstream") and retries only for an idempotent tool;
 // at the deadline the runtime aborts the attempt (ABORTED) and the upstream
-// call is cancelled (notifications/cancelled). A connection that broke is
+// call is cancelled (notifications/cancelled). One message from an upstream
+// is bounded (16 MiB, or twice the largest max_output_bytes of its tools
+// when more): a larger one, a JSON answer over HTTP included, breaks the
+// connection and the call is a ResourceError. A connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
 // schemas are checked again: a tool whose schemas changed since the start
 // is unavailable until toolgate starts again.
@@ -194,22 +197,42 @@ var errUpstreamClosed = errors.New("the gateway is closed")
 // process it starts, bounded as the process tools are (tools.MCPServer's
 // Start), whose Close closes the transport.
 func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
+	max := u.maxMessage()
 	if u.decl.URL != "" {
 		headers, err := u.decl.Headers()
 		if err != nil {
 			return nil, nil, err
 		}
 		return &sdk.StreamableClientTransport{
-			Endpoint:   u.decl.URL,
-			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers}},
-			MaxRetries: -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
+			Endpoint:     u.decl.URL,
+			HTTPClient:   &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers, max: int64(max)}},
+			MaxRetries:   -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
+			MaxEventSize: max,
 		}, nil, nil
 	}
 	p, err := u.decl.Start(u.gw.opts.Stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &sdk.IOTransport{Reader: p, Writer: p}, p, nil
+	return &sdk.IOTransport{Reader: p, Writer: p, MaxLineLength: max}, p, nil
+}
+
+// maxMessage bounds one message from the server, in bytes: 16 MiB (the
+// SDK's bound of a stdio line), or room for twice the largest
+// max_output_bytes of its tools (a result may hold its output twice, as
+// content and structuredContent) when that is more. A larger message ends
+// the connection: the call is a ResourceError.
+func (u *upstream) maxMessage() int {
+	most := u.decl.Limits.MaxOutputBytes
+	for _, o := range u.decl.Tools {
+		if o.Limits != nil && o.Limits.MaxOutputBytes > most {
+			most = o.Limits.MaxOutputBytes
+		}
+	}
+	if n := 2*most + 1<<20; n > sdk.DefaultMaxLineLength {
+		return int(n)
+	}
+	return sdk.DefaultMaxLineLength
 }
 
 // connect opens a session (for stdio, starts the process).
@@ -552,10 +575,14 @@ func contentText(cs []sdk.Content) string {
 	return strings.Join(parts, "\n")
 }
 
-// headerTransport adds fixed headers to every request.
+// headerTransport adds fixed headers to every request, and bounds a
+// response that is not an event stream to max bytes: the SDK reads a JSON
+// response whole, however large (an event stream's events are bounded by
+// MaxEventSize).
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	max     int64
 }
 
 func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -563,5 +590,28 @@ func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	for k, v := range h.headers {
 		r.Header.Set(k, v)
 	}
-	return h.base.RoundTrip(r)
+	resp, err := h.base.RoundTrip(r)
+	if err == nil && h.max > 0 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &boundedBody{rc: resp.Body, max: h.max}
+	}
+	return resp, err
 }
+
+// boundedBody fails a read past its bound.
+type boundedBody struct {
+	rc        io.ReadCloser
+	read, max int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if room := b.max + 1 - b.read; int64(len(p)) > room { // one byte more tells a body of exactly max from a longer one
+		p = p[:room]
+	}
+	n, err := b.rc.Read(p)
+	if b.read += int64(n); b.read > b.max {
+		return 0, fmt.Errorf("the server's answer is longer than %d bytes", b.max)
+	}
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.rc.Close() }

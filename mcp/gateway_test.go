@@ -532,3 +532,66 @@ func TestGateway_StdioUpstreamBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An HTTP upstream that answers a call with more than the gateway takes
+// (16 MiB here; room for twice max_output_bytes when that is more) does
+// not make toolgate read it all into memory: the SDK reads a JSON answer
+// whole, however large; the gateway cuts it at the bound, and the call is
+// a ResourceError, recorded; the next call connects again. An answer of an
+// event stream is bounded per event the same way.
+func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
+	for _, jsonResponse := range []bool{true, false} {
+		t.Run(fmt.Sprint("json=", jsonResponse), func(t *testing.T) {
+			up := sdk.NewServer(&sdk.Implementation{Name: "web", Version: "0.3.0"}, nil)
+			up.AddTool(&sdk.Tool{Name: "huge", Description: "answers 20 MiB", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", 20<<20)}}}, nil
+				})
+			up.AddTool(&sdk.Tool{Name: "ping", Description: "answers", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
+				})
+			srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up },
+				&sdk.StreamableHTTPOptions{JSONResponse: jsonResponse}))
+			defer srv.Close()
+			dir := t.TempDir()
+			file := filepath.Join(dir, "gateway.yaml")
+			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", srv.URL)), 0o600)
+			gw := mcp.NewGateway(nil)
+			defer gw.Close()
+			reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			run := func(tool string) *tgruntime.Result {
+				res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: tool, Input: []byte(`{}`), Principal: "p",
+					Grants: []capability.Capability{capability.MustParse("mcp.call:web")}})
+				if res == nil {
+					t.Fatal("no result")
+				}
+				return res
+			}
+			if res := run("web.huge"); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
+				t.Errorf("web.huge: %s %+v, %d bytes of output; want a ResourceError", res.State, res.Error, len(res.Output))
+			}
+			if res := run("web.ping"); res.State != "COMPLETED" {
+				t.Errorf("web.ping after: %s %+v", res.State, res.Error)
+			}
+			recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "web.huge"})
+			if err != nil || len(recs) != 1 || recs[0].State != "ROLLED_BACK" || recs[0].Principal != "p" {
+				t.Errorf("the records of web.huge: %v %+v", err, recs)
+			}
+			if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+				t.Errorf("verify: %s", d)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
