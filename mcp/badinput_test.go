@@ -93,6 +93,10 @@ func TestStdio_BadInput(t *testing.T) {
 		{"_meta not an object", `{"jsonrpc":"2.0","id":"mt","method":"tools/call","params":{"name":"test.noop","_meta":[1]}}`, -32602},
 		{"arguments nested 2000 deep", `{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"test.noop","arguments":{"msg":` +
 			strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}}}`, -32602},
+		// An id that is a number but not an integer: the SDK answered
+		// (and the records named) 1.5 as 1, 1e300 as -2^63.
+		{"an id of 1.5", `{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
+		{"an id of 1e300", `{"jsonrpc":"2.0","id":1e300,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
 		{"initialize again, params of the wrong type", `{"jsonrpc":"2.0","id":"in","method":"initialize","params":{"protocolVersion":5}}`, -32602},
 	} {
 		send(tc.line)

@@ -140,7 +140,8 @@ func TestHTTP_Refusals(t *testing.T) {
 // them: they are not tagged first, so the tag's key is not in the answer;
 // and a tools/call whose method is written with escapes ("tools\/call",
 // which the SDK reads as tools/call) is tagged all the same: its record
-// names the MCP request.
+// names the MCP request. A tools/call whose id is not an integer is
+// refused, not run under another id.
 func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	rt, hs := httpServer(t)
 	session := ""
@@ -174,6 +175,11 @@ func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 		if body, _ := post(line); strings.Contains(body, "io.toolgate/rpc-") || !strings.Contains(body, "-32602") {
 			t.Errorf("%s: answer %.400s", line, body)
 		}
+	}
+	// An id that is a number but not an integer: the SDK would answer and
+	// run it as id 1.
+	if body, _ := post(`{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`); !strings.Contains(body, "-32600") {
+		t.Errorf("an id of 1.5: answer %.400s", body)
 	}
 	body, _ := post(`{"jsonrpc":"2.0","id":"esc","method":"tools\/call","params":{"name":"test.noop","arguments":{}}}`)
 	if !strings.Contains(body, `"io.toolgate/callId":"mcp:`+session+`:esc"`) {

@@ -111,7 +111,15 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", o.MaxBodyBytes), http.StatusRequestEntityTooLarge)
 				return
 			}
-			if tagged := s.tagMessage(bytes.TrimSpace(body), session); tagged != nil {
+			tagged, err := s.tagMessage(bytes.TrimSpace(body), session)
+			if err != nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": nil,
+					"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "invalid request: " + err.Error()}}))
+				return
+			}
+			if tagged != nil {
 				body = tagged
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))

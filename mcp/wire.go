@@ -114,25 +114,30 @@ func decodeWireFast(data []byte) *wireMsg {
 
 // tagMessage puts the request id of a tools/call message into its _meta and
 // returns the message re-encoded, or nil when data is anything else (or not
-// valid JSON-RPC: the SDK answers that). The HTTP transport tags with it.
-func (s *Server) tagMessage(data []byte, session string) []byte {
+// valid JSON-RPC: the SDK answers that). The HTTP transport tags with it. A
+// tools/call whose id is a number but not an integer is refused (errID):
+// the SDK would answer and record it under another id.
+func (s *Server) tagMessage(data []byte, session string) ([]byte, error) {
 	if !bytes.Contains(data, []byte(`"tools/call"`)) && !bytes.Contains(data, []byte(`\`)) {
-		return nil // neither the method, nor one written with escapes
+		return nil, nil // neither the method, nor one written with escapes
 	}
 	m, err := decodeWire(data)
 	if err != nil || len(m.Method) == 0 {
-		return nil
+		return nil, nil
 	}
 	if method, err := unquote(m.Method); err != nil || method != "tools/call" {
-		return nil
+		return nil, nil
 	}
 	id, err := makeID(m.ID)
-	if err != nil || !id.IsValid() || checkCallParams(m.Params) != nil {
-		return nil // the SDK refuses it, quoting the params: without the tag
+	if err != nil {
+		return nil, err
+	}
+	if !id.IsValid() || checkCallParams(m.Params) != nil {
+		return nil, nil // the SDK refuses it, quoting the params: without the tag
 	}
 	p := s.tagParams(m.Params, idText(id), session)
 	if p == nil {
-		return nil
+		return nil, nil
 	}
 	var b bytes.Buffer
 	b.Grow(len(p) + len(m.ID) + 64)
@@ -141,7 +146,7 @@ func (s *Server) tagMessage(data []byte, session string) []byte {
 	b.WriteString(`,"method":"tools/call","params":`)
 	b.Write(p)
 	b.WriteByte('}')
-	return b.Bytes()
+	return b.Bytes(), nil
 }
 
 // tagParams returns the params of a tools/call with the tag spliced into
