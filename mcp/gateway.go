@@ -46,7 +46,8 @@ type GatewayOptions struct {
 //
 // What a gateway tool is:
 //
-//   - its id is NAME.TOOL (a tool whose name does not make a valid id is left
+//   - its id is NAME.TOOL (a tool whose name does not make a valid id, or
+//     whose id is a built-in tool's or toolgate.execute_intent, is left
 //     out, with a warning); its schemas are the upstream's, linted by RFC-0001
 //     6.3 as any registration is (a tool whose schemas fail is left out, with
 //     a warning naming it and why). An inputSchema without $schema gets draft
@@ -325,6 +326,14 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	s := &u.decl
 	o := s.Tools[t.Name]
 	id := s.Name + "." + t.Name
+	switch {
+	case id == ExecuteIntentTool:
+		return nil, "", "its id is the name of toolgate's own tool " + ExecuteIntentTool
+	case builtinIDs()[id]:
+		// At a higher version it would be what a call of the built-in's
+		// plain id runs.
+		return nil, "", fmt.Sprintf("its id %s is a built-in tool's", id)
+	}
 	hash, err := SchemaSHA256(t.InputSchema, t.OutputSchema)
 	if err != nil {
 		return nil, "", fmt.Sprintf("its schemas are not JSON: %v", err)
@@ -403,6 +412,16 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	u.hashes[t.Name] = hash
 	return gt, "", ""
 }
+
+// builtinIDs are the ids of toolgate's built-in tools, which no upstream
+// tool may take.
+var builtinIDs = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{}
+	for _, t := range tools.Builtins() {
+		m[t.Declaration().ID] = true
+	}
+	return m
+})
 
 // withDialect returns schema as JSON with "$schema" set to draft 2020-12
 // when it has none (MCP's default dialect).

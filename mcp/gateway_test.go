@@ -595,3 +595,59 @@ func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// An upstream cannot take the id of a built-in tool or of toolgate's own
+// tool: under a server named file, a tool listed as read would be
+// file.read, at the upstream's version (1.2.3, above the built-in's), so
+// that a call of file.read ran the upstream's; under a server named
+// toolgate, execute_intent made toolgate mcp refuse to start. Both are left
+// out with a warning; the built-in stays what file.read runs.
+func TestGateway_UpstreamCannotTakeBuiltinIDs(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("UPSTREAM_EXTRA", "read,list,execute_intent")
+	var body strings.Builder
+	body.WriteString("mcp_servers:\n")
+	for _, name := range []string{"file", "toolgate"} {
+		fmt.Fprintf(&body, "  - name: %s\n    command: %s\n    env: {UPSTREAM_CALLS: %q}\n    env_inherit: [UPSTREAM_EXTRA]\n    limits: {max_execution_time: 20s}\n",
+			name, upstream(t), filepath.Join(dir, name+".log"))
+	}
+	file := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(file, []byte(body.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools, tools.Builtins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"file.read", "file.list"} {
+		e, err := reg.Lookup(id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := e.Declaration()
+		for _, c := range d.MayRequire() {
+			if c.Name == "mcp.call" {
+				t.Errorf("%s runs the upstream's tool (%s@%s, %s)", id, d.ID, d.Version, c)
+			}
+		}
+	}
+	if e, err := reg.Lookup("file.echo", ""); err != nil || e.Declaration().Version != "1.2.3" {
+		t.Errorf("file.echo, an id of the server's own: %v", err)
+	}
+	warnings := strings.Join(gw.Warnings(), "\n")
+	for _, want := range []string{"file.read left out", "file.list left out", "toolgate.execute_intent left out"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("no warning %q in:\n%s", want, warnings)
+		}
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if _, err := mcp.New(rt, nil); err != nil {
+		t.Errorf("the MCP server does not start: %v", err)
+	}
+}

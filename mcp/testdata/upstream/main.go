@@ -3,7 +3,8 @@
 // appends a line per tool call to $UPSTREAM_CALLS ("NAME" when a call
 // starts, "cancelled NAME" when its context ends first) and writes its pid
 // to $UPSTREAM_PID, so a test can prove what reached it and kill it.
-// $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_VERSION is the
+// $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_EXTRA lists more
+// names (comma-separated) the echo tool is listed under; $UPSTREAM_VERSION is the
 // version it reports (default 1.2.3). $UPSTREAM_GRANDCHILD names a file
 // it writes the pid of a child it starts (sleep, in its process group) to;
 // the tool limits reports its own RLIMIT_AS and RLIMIT_FSIZE.
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,7 +75,11 @@ func main() {
 		return &sdk.CallToolResult{Content: text(string(b)), StructuredContent: out}, nil
 	}
 	// echo, and the same tool under other names the tests grant or not.
-	for _, name := range []string{"echo", "secret", "gated"} {
+	names := []string{"echo", "secret", "gated"}
+	if extra := os.Getenv("UPSTREAM_EXTRA"); extra != "" {
+		names = append(names, strings.Split(extra, ",")...)
+	}
+	for _, name := range names {
 		s.AddTool(&sdk.Tool{Name: name, Description: name + " the text", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)}, echo)
 	}
 	// badout: a result that its own outputSchema refuses (echoed must be a
