@@ -25,7 +25,9 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-var tokens = map[string]string{"s3cret-agent-2": "agent-2"}
+// tokens: s3cret-empty maps to no principal (an embedder's mistake),
+// which must not mean Options.Principal.
+var tokens = map[string]string{"s3cret-agent-2": "agent-2", "s3cret-empty": ""}
 
 // httpServer serves a fresh runtime over streamable HTTP on loopback.
 func httpServer(t *testing.T) (*tgruntime.Runtime, *httptest.Server) {
@@ -121,6 +123,7 @@ func TestHTTP_Refusals(t *testing.T) {
 	}{
 		{"no token", init, map[string]string{"Authorization": ""}, http.StatusUnauthorized},
 		{"unknown token", init, map[string]string{"Authorization": "Bearer guess"}, http.StatusUnauthorized},
+		{"a token of no principal", init, map[string]string{"Authorization": "Bearer s3cret-empty"}, http.StatusUnauthorized},
 		{"DNS rebinding", init, map[string]string{"Host": "evil.example"}, http.StatusForbidden},
 		{"10 MB body", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test.big","arguments":{"data":"` + strings.Repeat("x", 10<<20) + `"}}}`, nil, http.StatusRequestEntityTooLarge},
 		{"malformed JSON", `{"jsonrpc":`, nil, http.StatusBadRequest},

@@ -58,7 +58,8 @@ func (nopWriteCloser) Close() error { return nil }
 // HTTPOptions configure Handler. A nil *HTTPOptions means the zero value.
 type HTTPOptions struct {
 	// Authenticate maps a bearer token to the principal its calls run as;
-	// nil means no authentication: every call runs as Options.Principal.
+	// a token it maps to "" is refused like one it does not know (401). Nil
+	// means no authentication: every call runs as Options.Principal.
 	Authenticate func(token string) (principal string, ok bool)
 	// MaxBodyBytes bounds a request's body; default 4 MiB. A larger one is
 	// answered 413.
@@ -130,7 +131,9 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 	if o.Authenticate != nil {
 		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 			p, ok := o.Authenticate(token)
-			if !ok {
+			if !ok || p == "" {
+				// A token that maps to no principal is refused: its calls
+				// would run as Options.Principal.
 				return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
 			}
 			return &auth.TokenInfo{UserID: p, Expiration: time.Now().Add(24 * time.Hour)}, nil
