@@ -204,9 +204,18 @@ func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		client := &http.Client{
+			Transport: &headerTransport{base: http.DefaultTransport, headers: headers, max: int64(max)},
+			// The headers (credentials, from the environment) are the
+			// endpoint's: a redirect elsewhere would carry them there, as
+			// the transport sets them on every request.
+			CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+				return fmt.Errorf("the server redirected to %s; toolgate does not follow an MCP server's redirects", r.URL.Redacted())
+			},
+		}
 		return &sdk.StreamableClientTransport{
 			Endpoint:     u.decl.URL,
-			HTTPClient:   &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers, max: int64(max)}},
+			HTTPClient:   client,
 			MaxRetries:   -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
 			MaxEventSize: max,
 		}, nil, nil

@@ -651,3 +651,45 @@ func TestGateway_UpstreamCannotTakeBuiltinIDs(t *testing.T) {
 		t.Errorf("the MCP server does not start: %v", err)
 	}
 }
+
+// An HTTP upstream that redirects does not get toolgate to send the header
+// from the environment (a credential) to where it points: the gateway
+// follows no redirect, and the server does not load.
+func TestGateway_HTTPUpstreamRedirectKeepsTheSecret(t *testing.T) {
+	var mu sync.Mutex
+	var leaked []string
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		leaked = append(leaked, r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer elsewhere.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/mcp", http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gateway.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
+  - name: web
+    url: %s
+    headers_from_env: {Authorization: WEB_MCP_AUTH}
+    limits: {max_execution_time: 10s}
+`, redirector.URL)), 0o600)
+	t.Setenv("WEB_MCP_AUTH", "Bearer from-env")
+	gw := mcp.NewGateway(&mcp.GatewayOptions{StartTimeout: 10 * time.Second})
+	defer gw.Close()
+	_, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err == nil {
+		t.Fatal("a server that redirects loaded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range leaked {
+		if h != "" {
+			t.Errorf("the redirect's target got Authorization %q", h)
+		}
+	}
+	t.Logf("the error: %v", err)
+}
