@@ -32,6 +32,10 @@ type GatewayOptions struct {
 	StartTimeout time.Duration
 	// Version is the client version toolgate reports to upstreams.
 	Version string
+	// MaxTools bounds the tools/list of one server: a server that lists
+	// more (one whose pages never end would fill memory until
+	// StartTimeout) is refused. Default 10000.
+	MaxTools int
 	// Only, when set, says which servers to start: Tools leaves the
 	// others out, unstarted, with none of their tools (for a program that
 	// needs one tool, as toolgate run file.read needs no upstream). Nil
@@ -100,6 +104,9 @@ func NewGateway(opts *GatewayOptions) *Gateway {
 	}
 	if g.opts.StartTimeout <= 0 {
 		g.opts.StartTimeout = 30 * time.Second
+	}
+	if g.opts.MaxTools <= 0 {
+		g.opts.MaxTools = 10000
 	}
 	return g
 }
@@ -268,12 +275,15 @@ func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
 	return cs, nil
 }
 
-// listTools reads the server's whole tools/list.
-func listTools(ctx context.Context, cs *sdk.ClientSession) ([]*sdk.Tool, error) {
+// listTools reads the server's whole tools/list, at most max tools.
+func listTools(ctx context.Context, cs *sdk.ClientSession, max int) ([]*sdk.Tool, error) {
 	var out []*sdk.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, err
+		}
+		if len(out) == max {
+			return nil, fmt.Errorf("the server lists more than %d tools", max)
 		}
 		out = append(out, t)
 	}
@@ -291,7 +301,7 @@ func (u *upstream) load() ([]tools.Tool, error) {
 	u.mu.Lock()
 	u.session = cs
 	u.mu.Unlock()
-	list, err := listTools(ctx, cs)
+	list, err := listTools(ctx, cs, u.gw.opts.MaxTools)
 	if err != nil {
 		return nil, fmt.Errorf("tools/list: %v", err)
 	}
@@ -465,7 +475,7 @@ func (u *upstream) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	list, err := listTools(ctx, cs)
+	list, err := listTools(ctx, cs, u.gw.opts.MaxTools)
 	if err != nil {
 		cs.Close()
 		return nil, fmt.Errorf("tools/list: %v", err)

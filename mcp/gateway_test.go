@@ -693,3 +693,26 @@ func TestGateway_HTTPUpstreamRedirectKeepsTheSecret(t *testing.T) {
 	}
 	t.Logf("the error: %v", err)
 }
+
+// An upstream whose tools/list never ends (a next cursor on every page)
+// is refused once it listed more than GatewayOptions.MaxTools, rather than
+// read until the start timeout, its tools piling up in memory.
+func TestGateway_EndlessToolsList(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("UPSTREAM_ENDLESS", "1")
+	file, _ := upstreamFile(t, dir, "")
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte("env_inherit: [UPSTREAM_DRIFT]"), []byte("env_inherit: [UPSTREAM_ENDLESS]"), 1)
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := mcp.NewGateway(&mcp.GatewayOptions{StartTimeout: 60 * time.Second, MaxTools: 100})
+	defer gw.Close()
+	_, err = tools.LoadRegistryFileWith(file, gw.Tools)
+	if err == nil || !strings.Contains(err.Error(), "lists more than 100 tools") {
+		t.Fatalf("an endless tools/list: %v", err)
+	}
+}

@@ -8,9 +8,11 @@
 // version it reports (default 1.2.3). $UPSTREAM_GRANDCHILD names a file
 // it writes the pid of a child it starts (sleep, in its process group) to;
 // the tool limits reports its own RLIMIT_AS and RLIMIT_FSIZE.
+// $UPSTREAM_ENDLESS=1 makes it a server whose tools/list never ends.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,7 +45,38 @@ func record(line string) {
 
 func text(s string) []sdk.Content { return []sdk.Content{&sdk.TextContent{Text: s}} }
 
+// endless speaks MCP by hand: its tools/list never ends (each page one new
+// tool and a next cursor).
+func endless() {
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(nil, 1<<20)
+	for n := 0; sc.Scan(); {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
+			continue
+		}
+		var result string
+		switch m.Method {
+		case "initialize":
+			result = `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"endless","version":"1.0.0"}}`
+		case "tools/list":
+			n++
+			result = fmt.Sprintf(`{"tools":[{"name":"t%d","description":"one more","inputSchema":{"type":"object"}}],"nextCursor":"c%d"}`, n, n)
+		default:
+			result = `{}`
+		}
+		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", m.ID, result)
+	}
+}
+
 func main() {
+	if os.Getenv("UPSTREAM_ENDLESS") == "1" {
+		endless()
+		return
+	}
 	if p := os.Getenv("UPSTREAM_PID"); p != "" {
 		os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o600)
 	}
