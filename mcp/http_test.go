@@ -147,30 +147,7 @@ func TestHTTP_Refusals(t *testing.T) {
 // refused, not run under another id.
 func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	rt, hs := httpServer(t)
-	session := ""
-	post := func(body string) (string, http.Header) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Authorization", "Bearer s3cret-agent-2")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b), resp.Header
-	}
-	_, h := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	if session = h.Get("Mcp-Session-Id"); session == "" {
-		t.Fatal("no session")
-	}
-	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	post, session := rawHTTPSession(t, hs.URL, "2025-11-25")
 	for _, line := range []string{
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test.noop","arguments":{},"inputResponses":{"x":5}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test.noop","arguments":{},"requestState":7}}`,
@@ -191,5 +168,52 @@ func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "test.noop"})
 	if err != nil || len(recs) != 1 || recs[0].CallID != "mcp:"+session+":esc" || recs[0].Principal != "agent-2" {
 		t.Errorf("records %v %+v", err, recs)
+	}
+}
+
+// rawHTTPSession opens a session of protocol version over raw POSTs and
+// returns the function that posts a body in it (the answer's body and
+// headers), and the session's id.
+func rawHTTPSession(t *testing.T, url, version string) (post func(body string) (string, http.Header), session string) {
+	post = func(body string) (string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer s3cret-agent-2")
+		req.Header.Set("Mcp-Protocol-Version", version)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.Header
+	}
+	_, h := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if session = h.Get("Mcp-Session-Id"); session == "" {
+		t.Fatal("no session")
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return post, session
+}
+
+// A JSON-RPC batch (which a client of a protocol before 2025-06-18 may
+// send, and the SDK accepts) is refused, as over stdio: its tools/call was
+// not tagged, so that it ran under a call id that does not name the MCP
+// request.
+func TestHTTP_BatchRefused(t *testing.T) {
+	rt, hs := httpServer(t)
+	post, _ := rawHTTPSession(t, hs.URL, "2025-03-26")
+	body, _ := post(`[{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"test.noop","arguments":{}}}]`)
+	if !strings.Contains(body, "-32600") || !strings.Contains(body, "batch") {
+		t.Errorf("a batch: answer %.400s", body)
+	}
+	recs, err := rt.Executions(context.Background(), txn.Filter{})
+	if err != nil || len(recs) != 0 {
+		t.Errorf("records %v %+v, want none", err, recs)
 	}
 }

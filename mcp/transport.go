@@ -76,7 +76,8 @@ const protocolStateless = "2026-07-28"
 // later (MCP-Protocol-Version) and no session goes to a stateless handler,
 // everything else to a stateful one (sessions, 2025-11-25 and earlier).
 // DNS-rebinding protection stays on: a request that reached a loopback
-// address with a Host header that is not loopback is refused (403).
+// address with a Host header that is not loopback is refused (403). A
+// JSON-RPC batch is refused (400), as over stdio.
 func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 	var o HTTPOptions
 	if opts != nil {
@@ -112,12 +113,17 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", o.MaxBodyBytes), http.StatusRequestEntityTooLarge)
 				return
 			}
-			tagged, err := s.tagMessage(bytes.TrimSpace(body), session)
+			body = bytes.TrimSpace(body)
+			if len(body) > 0 && body[0] == '[' {
+				// The SDK takes a batch from a client of a protocol before
+				// 2025-06-18, and its tools/calls would go untagged: refused,
+				// as over stdio.
+				invalidRequest(w, "batches are not supported; send one message per request")
+				return
+			}
+			tagged, err := s.tagMessage(body, session)
 			if err != nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": nil,
-					"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "invalid request: " + err.Error()}}))
+				invalidRequest(w, err.Error())
 				return
 			}
 			if tagged != nil {
@@ -141,4 +147,13 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 		h = auth.RequireBearerToken(verify, nil)(h)
 	}
 	return h
+}
+
+// invalidRequest answers a POST the SDK is not given: 400, with the
+// protocol's error.
+func invalidRequest(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "invalid request: " + msg}}))
 }
