@@ -82,9 +82,11 @@
 // id off the wire; a server connected to a transport another way records a
 // new call id instead. The request id travels in the call's _meta under a
 // key random per Server, placed last, so that a client's own copy of the
-// key (in any spelling) loses to it; params the SDK could not decode, whose
-// message would quote them with the key, are refused in the protocol's
-// terms first (over HTTP they are left untagged).
+// key (in any spelling) loses to it; a tools/call whose params the SDK could
+// not decode (its message would quote them, the key with them, and name Go
+// types) is answered here with invalid params, and one whose id is a number
+// but not an integer with invalid request (the SDK would run it as another
+// id), over stdio and HTTP alike.
 //
 // # Stdio framing
 //

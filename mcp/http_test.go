@@ -139,8 +139,9 @@ func TestHTTP_Refusals(t *testing.T) {
 	cs.Close()
 }
 
-// Over HTTP, params the SDK cannot decode are answered by it, quoting
-// them: they are not tagged first, so the tag's key is not in the answer;
+// Over HTTP, params the SDK cannot decode are answered here, in the
+// protocol's terms: the SDK's answer quoted them, the tag's key with them,
+// and named Go types;
 // and a tools/call whose method is written with escapes ("tools\/call",
 // which the SDK reads as tools/call) is tagged all the same: its record
 // names the MCP request. A tools/call whose id is not an integer is
@@ -152,8 +153,14 @@ func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test.noop","arguments":{},"inputResponses":{"x":5}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test.noop","arguments":{},"requestState":7}}`,
 	} {
-		if body, _ := post(line); strings.Contains(body, "io.toolgate/rpc-") || !strings.Contains(body, "-32602") {
+		body, _ := post(line)
+		if !strings.Contains(body, "-32602") {
 			t.Errorf("%s: answer %.400s", line, body)
+		}
+		for _, internal := range []string{"io.toolgate/rpc-", "*mcp.", "json: ", "unmarshaling"} {
+			if strings.Contains(body, internal) {
+				t.Errorf("%s: the answer shows internals (%q): %.400s", line, internal, body)
+			}
 		}
 	}
 	// An id that is a number but not an integer: the SDK would answer and

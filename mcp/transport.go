@@ -3,6 +3,8 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -118,12 +120,13 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 				// The SDK takes a batch from a client of a protocol before
 				// 2025-06-18, and its tools/calls would go untagged: refused,
 				// as over stdio.
-				invalidRequest(w, "batches are not supported; send one message per request")
+				refuse(w, &wireRefusal{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: batches are not supported; send one message per request"})
 				return
 			}
 			tagged, err := s.tagMessage(body, session)
-			if err != nil {
-				invalidRequest(w, err.Error())
+			var rf *wireRefusal
+			if errors.As(err, &rf) {
+				refuse(w, rf)
 				return
 			}
 			if tagged != nil {
@@ -149,11 +152,17 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 	return h
 }
 
-// invalidRequest answers a POST the SDK is not given: 400, with the
-// protocol's error.
-func invalidRequest(w http.ResponseWriter, msg string) {
+// refuse answers a POST the SDK is not given, with the protocol's error:
+// 400 for an invalid request, else 200 (an answer to the request, by its
+// id).
+func refuse(w http.ResponseWriter, r *wireRefusal) {
+	id := r.id
+	if !validID(id) {
+		id = json.RawMessage("null")
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": jsonrpc.CodeInvalidRequest, "message": "invalid request: " + msg}}))
+	if r.code == jsonrpc.CodeInvalidRequest {
+		w.WriteHeader(http.StatusBadRequest)
+	}
+	w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": r.code, "message": r.msg}}))
 }

@@ -115,8 +115,10 @@ func decodeWireFast(data []byte) *wireMsg {
 // tagMessage puts the request id of a tools/call message into its _meta and
 // returns the message re-encoded, or nil when data is anything else (or not
 // valid JSON-RPC: the SDK answers that). The HTTP transport tags with it. A
-// tools/call whose id is a number but not an integer is refused (errID):
-// the SDK would answer and record it under another id.
+// tools/call whose id is a number but not an integer (errID: the SDK would
+// answer and record it under another id), or whose params the SDK could not
+// decode (checkCallParams: its message would quote them and name Go types)
+// is refused: a *wireRefusal.
 func (s *Server) tagMessage(data []byte, session string) ([]byte, error) {
 	if !bytes.Contains(data, []byte(`"tools/call"`)) && !bytes.Contains(data, []byte(`\`)) {
 		return nil, nil // neither the method, nor one written with escapes
@@ -130,10 +132,13 @@ func (s *Server) tagMessage(data []byte, session string) ([]byte, error) {
 	}
 	id, err := makeID(m.ID)
 	if err != nil {
-		return nil, err
+		return nil, &wireRefusal{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: " + err.Error()}
 	}
-	if !id.IsValid() || checkCallParams(m.Params) != nil {
-		return nil, nil // the SDK refuses it, quoting the params: without the tag
+	if !id.IsValid() {
+		return nil, nil
+	}
+	if err := checkCallParams(m.Params); err != nil {
+		return nil, &wireRefusal{id: m.ID, code: jsonrpc.CodeInvalidParams, msg: err.Error()}
 	}
 	p := s.tagParams(m.Params, idText(id), session)
 	if p == nil {
@@ -295,6 +300,16 @@ func (s *Server) cleanError(r *jsonrpc.Response) *jsonrpc.Response {
 	return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: code,
 		Message: "invalid params: the params do not have the types the protocol gives them"}}
 }
+
+// wireRefusal is a message answered with the protocol's error rather than
+// handed to the SDK: its id (nil for none), code and message.
+type wireRefusal struct {
+	id   json.RawMessage
+	code int64
+	msg  string
+}
+
+func (r *wireRefusal) Error() string { return r.msg }
 
 // The JSON walkers below read valid JSON only (decodeWire checked it); each
 // returns the index just past what it read, or -1.
