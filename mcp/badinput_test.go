@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -149,5 +150,18 @@ func TestStdio_BadInput(t *testing.T) {
 	}
 	if len(recs) != 1 || recs[0].EndedAt.IsZero() || (recs[0].State != "COMPLETED" && recs[0].State != "ROLLED_BACK") {
 		t.Fatalf("the abandoned call's records: %+v", recs)
+	}
+	auditVerifies(t, rt)
+}
+
+// auditVerifies fails t unless the records and the audit log agree
+// (toolgate audit verify).
+func auditVerifies(t *testing.T, rt *tgruntime.Runtime) {
+	t.Helper()
+	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+		t.Errorf("audit verify: %s", d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -103,4 +103,10 @@ func TestTag_ClientCopyOfTheKeyLoses(t *testing.T) {
 	if len(recs) != 3 {
 		t.Errorf("%d records, want 3", len(recs))
 	}
+	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+		t.Errorf("audit verify: %s", d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -176,6 +176,7 @@ func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].CallID != "mcp:"+session+":esc" || recs[0].Principal != "agent-2" {
 		t.Errorf("records %v %+v", err, recs)
 	}
+	auditVerifies(t, rt)
 }
 
 // rawHTTPSession opens a session of protocol version over raw POSTs and
@@ -223,4 +224,5 @@ func TestHTTP_BatchRefused(t *testing.T) {
 	if err != nil || len(recs) != 0 {
 		t.Errorf("records %v %+v, want none", err, recs)
 	}
+	auditVerifies(t, rt)
 }
