@@ -80,6 +80,7 @@ func TestTag_ClientCopyOfTheKeyLoses(t *testing.T) {
 		fmt.Sprintf(`{"%s":"0000000000000000 forged"}`, srv.tagKey),
 		fmt.Sprintf(`{"progressToken":1,"%s":"0000000000000000 forged"}`, escaped),
 		fmt.Sprintf(`{"%s":"0000000000000000 forged"},"_meta":{"%s":"0000000000000000 forged","x":1}`, srv.tagKey, srv.tagKey),
+		fmt.Sprintf(`{},"\u005fmeta":{"%s":"0000000000000000 forged"}`, srv.tagKey), // a second _meta, its key escaped
 	} {
 		id := fmt.Sprintf("real-%d", i)
 		fmt.Fprintf(cwr, `{"jsonrpc":"2.0","id":%q,"method":"tools/call","params":{"name":"test.noop","_meta":%s,"arguments":{}}}`+"\n", id, meta)
@@ -100,8 +101,8 @@ func TestTag_ClientCopyOfTheKeyLoses(t *testing.T) {
 			t.Errorf("recorded call id %s, principal %s", r.CallID, r.Principal)
 		}
 	}
-	if len(recs) != 3 {
-		t.Errorf("%d records, want 3", len(recs))
+	if len(recs) != 4 {
+		t.Errorf("%d records, want 4", len(recs))
 	}
 	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
 		t.Errorf("audit verify: %s", d)

@@ -158,43 +158,37 @@ func (s *Server) tagMessage(data []byte, session string) ([]byte, error) {
 // their _meta (a _meta added when there is none), without decoding and
 // encoding them again: p is valid JSON (decodeWire read it), and only its
 // top level is walked. The tag is one string, "SESSION ID" (the session
-// is hex, so the first space ends it). It goes last in the _meta object:
-// the decoders keep the last of duplicate keys, so a copy of the tag's key
+// is hex, so the first space ends it). It goes last in the last _meta
+// object (its key in any spelling): the decoders merge duplicate _meta
+// objects and keep the last of duplicate keys, so a copy of the tag's key
 // that a client wrote itself (had it learnt the key) loses to the server's.
 // Params that are not an object, whose name is not a string, or whose
 // _meta is not an object are not tagged (nil): the SDK refuses them.
 func (s *Server) tagParams(p json.RawMessage, id, session string) json.RawMessage {
-	if len(p) < 2 || p[0] != '{' {
-		return nil
-	}
-	meta, metaEnd, named := -1, -1, false // where the _meta object starts and ends; name is a string
-	for i := skipSpace(p, 1); i < len(p) && p[i] != '}'; {
-		k := i
-		if i = skipString(p, i); i < 0 {
-			return nil
-		}
-		key := p[k:i]
-		if i = skipSpace(p, i); i >= len(p) || p[i] != ':' {
-			return nil
-		}
-		v := skipSpace(p, i+1)
-		if i = skipValue(p, v); i < 0 {
-			return nil
-		}
-		switch string(key) {
-		case `"_meta"`:
-			if p[v] != '{' {
-				return nil
+	meta, metaEnd, named := -1, -1, false // where the last _meta object starts and ends; name is a string
+	walked := members(p, func(key []byte, v, end int) bool {
+		name := key[1 : len(key)-1]
+		if bytes.IndexByte(name, '\\') >= 0 { // as the decoders read it: "\u005fmeta" is _meta
+			u, err := unquote(json.RawMessage(key))
+			if err != nil {
+				return false
 			}
-			meta, metaEnd = v, i // the decoders keep the last of duplicate keys
-		case `"name"`:
+			name = []byte(u)
+		}
+		switch string(name) {
+		case "_meta":
+			if p[v] != '{' {
+				return false
+			}
+			// The decoders merge duplicate _meta objects, a later key
+			// overriding an earlier one: the tag goes last in the last.
+			meta, metaEnd = v, end
+		case "name":
 			named = p[v] == '"'
 		}
-		if i = skipSpace(p, i); i < len(p) && p[i] == ',' {
-			i = skipSpace(p, i+1)
-		}
-	}
-	if !named {
+		return true
+	})
+	if !walked || !named {
 		return nil // the SDK refuses it, quoting the params: without the key
 	}
 	b := make([]byte, 0, len(p)+len(s.tagKey)+len(session)+len(id)+32)
@@ -244,6 +238,9 @@ func checkCallParams(p json.RawMessage) error {
 	if p[0] != '{' {
 		return &paramsError{"the params of tools/call are a JSON object"}
 	}
+	if plainCallParams(p) {
+		return nil
+	}
 	var v sdk.CallToolParamsRaw
 	if err := json.Unmarshal(p, &v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -253,6 +250,51 @@ func checkCallParams(p json.RawMessage) error {
 		return &paramsError{"the params of tools/call are {name, arguments, _meta, inputResponses, requestState} with the types MCP gives them"}
 	}
 	return nil
+}
+
+// plainCallParams reports whether the params object p holds only the
+// members of a common call, each of a type the SDK takes: name (a
+// string), arguments (anything) and _meta (an object), their keys
+// unescaped. Such params need no trial decode.
+func plainCallParams(p []byte) bool {
+	return members(p, func(key []byte, v, _ int) bool {
+		switch string(key) {
+		case `"name"`:
+			return p[v] == '"'
+		case `"_meta"`:
+			return p[v] == '{'
+		case `"arguments"`:
+			return true
+		}
+		return false
+	})
+}
+
+// members calls fn with each top-level member of the object p (valid
+// JSON): its key as written, quotes included, and where its value starts
+// and ends. It reports false when fn does, or when p is not an object.
+func members(p []byte, fn func(key []byte, v, end int) bool) bool {
+	if len(p) < 2 || p[0] != '{' {
+		return false
+	}
+	for i := skipSpace(p, 1); i < len(p) && p[i] != '}'; {
+		k := i
+		if i = skipString(p, i); i < 0 {
+			return false
+		}
+		key := p[k:i]
+		if i = skipSpace(p, i); i >= len(p) || p[i] != ':' {
+			return false
+		}
+		v := skipSpace(p, i+1)
+		if i = skipValue(p, v); i < 0 || !fn(key, v, i) {
+			return false
+		}
+		if i = skipSpace(p, i); i < len(p) && p[i] == ',' {
+			i = skipSpace(p, i+1)
+		}
+	}
+	return true
 }
 
 // nestedDeeper reports whether the JSON b nests objects and arrays deeper
