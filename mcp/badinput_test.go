@@ -98,6 +98,9 @@ func TestStdio_BadInput(t *testing.T) {
 		// (and the records named) 1.5 as 1, 1e300 as -2^63.
 		{"an id of 1.5", `{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
 		{"an id of 1e300", `{"jsonrpc":"2.0","id":1e300,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
+		// A member name in another case: read here as the method, not by
+		// the SDK's own decoder.
+		{"a member METHOD", `{"jsonrpc":"2.0","id":"case","method":"tools/call","METHOD":"tools/list","params":{"name":"test.noop"}}`, -32600},
 		{"initialize again, params of the wrong type", `{"jsonrpc":"2.0","id":"in","method":"initialize","params":{"protocolVersion":5}}`, -32602},
 	} {
 		send(tc.line)

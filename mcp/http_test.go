@@ -144,8 +144,8 @@ func TestHTTP_Refusals(t *testing.T) {
 // and named Go types;
 // and a tools/call whose method is written with escapes ("tools\/call",
 // which the SDK reads as tools/call) is tagged all the same: its record
-// names the MCP request. A tools/call whose id is not an integer is
-// refused, not run under another id.
+// names the MCP request. A tools/call whose id is not an integer, or with
+// a member name in another case, is refused, not run under another id.
 func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	rt, hs := httpServer(t)
 	post, session := rawHTTPSession(t, hs.URL, "2025-11-25")
@@ -167,6 +167,11 @@ func TestHTTP_TagKeyHiddenAndEscapedMethodTagged(t *testing.T) {
 	// run it as id 1.
 	if body, _ := post(`{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`); !strings.Contains(body, "-32600") {
 		t.Errorf("an id of 1.5: answer %.400s", body)
+	}
+	// A member name in another case: the SDK reads method, the tagging
+	// read METHOD, and the call ran untagged.
+	if body, _ := post(`{"jsonrpc":"2.0","id":"case","method":"tools/call","METHOD":"tools/list","params":{"name":"test.noop","arguments":{}}}`); !strings.Contains(body, "-32600") {
+		t.Errorf("a member METHOD: answer %.400s", body)
 	}
 	body, _ := post(`{"jsonrpc":"2.0","id":"esc","method":"tools\/call","params":{"name":"test.noop","arguments":{}}}`)
 	if !strings.Contains(body, `"io.toolgate/callId":"mcp:`+session+`:esc"`) {

@@ -41,6 +41,9 @@ func decodeWire(data []byte) (*wireMsg, error) {
 	if m.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected \"2.0\"", m.VersionTag)
 	}
+	if !members(data, lowercaseMember) {
+		return nil, errMemberCase
+	}
 	if id := string(m.ID); id != "" && id != "null" && id[0] != '"' && id[0] != '-' && (id[0] < '0' || id[0] > '9') {
 		return nil, errors.New("an id is a string or a number")
 	}
@@ -55,6 +58,25 @@ func decodeWire(data []byte) (*wireMsg, error) {
 		return nil, errors.New("a message without a method is a response, which needs an id")
 	}
 	return &m, nil
+}
+
+// errMemberCase refuses a message with a member such as "Method" or
+// "PARAMS": encoding/json (decodeWire) reads it as method or params, the
+// SDK's decoder does not, so that a message could be one call here and
+// another in the SDK (over HTTP the SDK reads the body itself).
+var errMemberCase = errors.New("the members of a message are jsonrpc, id, method, params, result and error, in lowercase")
+
+func lowercaseMember(key []byte, _, _ int) bool {
+	k, err := unquote(json.RawMessage(key))
+	if err != nil {
+		return false
+	}
+	for _, name := range []string{"jsonrpc", "id", "method", "params", "result", "error"} {
+		if k != name && strings.EqualFold(k, name) {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeWireFast decodes the common message without reflection: valid
@@ -124,6 +146,9 @@ func (s *Server) tagMessage(data []byte, session string) ([]byte, error) {
 		return nil, nil // neither the method, nor one written with escapes
 	}
 	m, err := decodeWire(data)
+	if errors.Is(err, errMemberCase) {
+		return nil, &wireRefusal{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: " + err.Error()}
+	}
 	if err != nil || len(m.Method) == 0 {
 		return nil, nil
 	}
