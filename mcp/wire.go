@@ -356,16 +356,24 @@ func nestedDeeper(b []byte, max int) bool {
 // the protocol's terms. Any other error is sent as it is.
 func (s *Server) cleanError(r *jsonrpc.Response) *jsonrpc.Response {
 	msg := r.Error.Error()
-	if !strings.Contains(msg, "unmarshaling ") && !strings.Contains(msg, s.tagKey) {
-		return r
-	}
-	code := int64(jsonrpc.CodeInvalidParams)
+	var code int64
 	var we *jsonrpc.Error
-	if errors.As(r.Error, &we) && we.Code != 0 {
+	if errors.As(r.Error, &we) {
 		code = we.Code
 	}
-	return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: code,
-		Message: "invalid params: the params do not have the types the protocol gives them"}}
+	switch {
+	case strings.Contains(msg, s.tagKey):
+		if code == 0 {
+			code = jsonrpc.CodeInternalError
+		}
+		return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: code, Message: "the request could not be handled"}}
+	case strings.Contains(msg, "unmarshaling ") && (code == 0 || code == jsonrpc.CodeInvalidParams):
+		// The SDK's message for params it could not decode (code 0 for
+		// initialize's).
+		return &jsonrpc.Response{ID: r.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: "invalid params: the params do not have the types the protocol gives them"}}
+	}
+	return r
 }
 
 // wireRefusal is a message answered with the protocol's error rather than
