@@ -716,3 +716,35 @@ func TestGateway_EndlessToolsList(t *testing.T) {
 		t.Fatalf("an endless tools/list: %v", err)
 	}
 }
+
+// What an upstream asks of its client (elicitation, sampling, roots)
+// reaches neither the agent nor a person: toolgate's client answers
+// elicitation and sampling with an error, and lists no roots; the agent's
+// client, with an elicitation handler, is asked nothing.
+func TestGateway_UpstreamRequestsReachNoOne(t *testing.T) {
+	bin := toolgate(t)
+	dir := t.TempDir()
+	reg, log := upstreamFile(t, dir, "")
+	cmd := exec.Command(bin, "--db", filepath.Join(dir, "tg.db"), "--registry", reg, "mcp", "--principal", "tester", "--allow", "mcp.call:up/ask")
+	user := &elicitor{answer: &sdk.ElicitResult{Action: "accept", Content: map[string]any{}}}
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{ElicitationHandler: user.handle,
+		CreateMessageHandler: func(context.Context, *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			t.Error("the agent's client was asked to sample")
+			return nil, errors.New("no")
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cs.Close(); cmd.Wait() }()
+	res := call(t, ctx, cs, "up.ask", map[string]any{}, nil)
+	completed(t, res)
+	if got := text(t, res); !strings.Contains(got, "elicit: true, sample: true, roots: none") || calls(t, log, "ask") != 1 {
+		t.Errorf("up.ask: %s", got)
+	}
+	if user.count() != 0 {
+		t.Errorf("the agent's user was asked %d times", user.count())
+	}
+}

@@ -176,6 +176,23 @@ func main() {
 			}
 			return &sdk.CallToolResult{Content: text("survived")}, nil
 		})
+	// ask: sends toolgate the requests a server may send its client
+	// (elicitation, sampling, roots) and answers what came back.
+	s.AddTool(&sdk.Tool{Name: "ask", Description: "asks its client", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			var out []string
+			_, err := r.Session.Elicit(ctx, &sdk.ElicitParams{Message: "approve?", RequestedSchema: json.RawMessage(`{"type":"object","properties":{}}`)})
+			out = append(out, fmt.Sprintf("elicit: %v", err != nil))
+			_, err = r.Session.CreateMessage(ctx, &sdk.CreateMessageParams{MaxTokens: 5, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}})
+			out = append(out, fmt.Sprintf("sample: %v", err != nil))
+			roots := "none"
+			if res, err := r.Session.ListRoots(ctx, nil); err == nil && len(res.Roots) > 0 {
+				roots = fmt.Sprint(len(res.Roots))
+			}
+			out = append(out, "roots: "+roots)
+			return &sdk.CallToolResult{Content: text(strings.Join(out, ", "))}, nil
+		})
 	// nodesc: a property without a description, which RFC-0001 6.3 refuses.
 	s.AddTool(&sdk.Tool{Name: "nodesc", Description: "badly declared", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":[]}`)},
 		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
