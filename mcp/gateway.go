@@ -83,8 +83,10 @@ type GatewayOptions struct {
 // when more): a larger one, a JSON answer over HTTP included, breaks the
 // connection and the call is a ResourceError. A connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
-// schemas are checked again: a tool whose schemas changed since the start
-// is unavailable until toolgate starts again.
+// schemas are checked again, as they are on the next call after the server
+// says its tools changed (notifications/tools/list_changed): a tool whose
+// schemas changed since the start is unavailable until toolgate starts
+// again, and a tool added since is not one of toolgate's.
 type Gateway struct {
 	opts GatewayOptions
 
@@ -195,6 +197,7 @@ type upstream struct {
 	mu      sync.Mutex
 	session *sdk.ClientSession
 	hashes  map[string]string // upstream tool name -> schema hash at load
+	stale   bool              // the session's server said its tools changed
 	closed  bool
 }
 
@@ -258,7 +261,17 @@ func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, nil)
+	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, &sdk.ClientOptions{
+		// A server that changed its tools says so: the next call checks
+		// their schemas again, as after a reconnect.
+		ToolListChangedHandler: func(_ context.Context, r *sdk.ToolListChangedRequest) {
+			u.mu.Lock()
+			if u.session == r.Session {
+				u.stale = true
+			}
+			u.mu.Unlock()
+		},
+	})
 	cs, err := c.Connect(ctx, t, nil)
 	if err != nil {
 		if closer != nil {
@@ -469,26 +482,42 @@ func (u *upstream) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 		return nil, errUpstreamClosed
 	}
 	if u.session != nil {
+		if u.stale {
+			if err := u.recheck(ctx, u.session); err != nil {
+				return nil, err
+			}
+			u.stale = false
+		}
 		return u.session, nil
 	}
 	cs, err := u.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := u.recheck(ctx, cs); err != nil {
+		cs.Close()
+		return nil, err
+	}
+	u.session, u.stale = cs, false
+	return cs, nil
+}
+
+// recheck reads the tools/list of cs again: a tool whose schemas are no
+// longer those loaded is unavailable until toolgate starts again; a tool
+// added since is not toolgate's. u.mu is held.
+func (u *upstream) recheck(ctx context.Context, cs *sdk.ClientSession) error {
 	list, err := listTools(ctx, cs, u.gw.opts.MaxTools)
 	if err != nil {
-		cs.Close()
-		return nil, fmt.Errorf("tools/list: %v", err)
+		return fmt.Errorf("tools/list: %v", err)
 	}
 	for _, t := range list {
 		if want, ok := u.hashes[t.Name]; ok {
 			if got, err := SchemaSHA256(t.InputSchema, t.OutputSchema); err != nil || got != want {
-				delete(u.hashes, t.Name) // unavailable until toolgate starts again
+				delete(u.hashes, t.Name)
 			}
 		}
 	}
-	u.session = cs
-	return cs, nil
+	return nil
 }
 
 // drop forgets cs (broken) so that the next call connects again.

@@ -553,33 +553,15 @@ func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
 				})
 			srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up },
 				&sdk.StreamableHTTPOptions{JSONResponse: jsonResponse}))
-			defer srv.Close()
+			t.Cleanup(srv.Close) // after the gateway's, which holds a stream open
 			dir := t.TempDir()
 			file := filepath.Join(dir, "gateway.yaml")
 			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", srv.URL)), 0o600)
-			gw := mcp.NewGateway(nil)
-			defer gw.Close()
-			reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rt.Close(context.Background())
-			run := func(tool string) *tgruntime.Result {
-				res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: tool, Input: []byte(`{}`), Principal: "p",
-					Grants: []capability.Capability{capability.MustParse("mcp.call:web")}})
-				if res == nil {
-					t.Fatal("no result")
-				}
-				return res
-			}
-			if res := run("web.huge"); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
+			rt, _, run := gatewayRuntime(t, file, "mcp.call:web")
+			if res := run("web.huge", `{}`); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
 				t.Errorf("web.huge: %s %+v, %d bytes of output; want a ResourceError", res.State, res.Error, len(res.Output))
 			}
-			if res := run("web.ping"); res.State != "COMPLETED" {
+			if res := run("web.ping", `{}`); res.State != "COMPLETED" {
 				t.Errorf("web.ping after: %s %+v", res.State, res.Error)
 			}
 			recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "web.huge"})
@@ -746,5 +728,65 @@ func TestGateway_UpstreamRequestsReachNoOne(t *testing.T) {
 	}
 	if user.count() != 0 {
 		t.Errorf("the agent's user was asked %d times", user.count())
+	}
+}
+
+// An upstream that changes a tool's schema while it runs (and says so,
+// notifications/tools/list_changed) gets that tool unavailable from the
+// next call on, as after a reconnect, not called under the schemas
+// toolgate loaded; a tool it adds is not toolgate's.
+func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	file, _ := upstreamFile(t, dir, "")
+	_, reg, run := gatewayRuntime(t, file, "mcp.call:up")
+	if res := run("up.echo", `{"text":"before"}`); res.State != "COMPLETED" {
+		t.Fatalf("up.echo: %s %+v", res.State, res.Error)
+	}
+	if res := run("up.drift", `{}`); res.State != "COMPLETED" {
+		t.Fatalf("up.drift: %s %+v", res.State, res.Error)
+	}
+	// The notification comes on its own: the call that follows it refuses.
+	var res *tgruntime.Result
+	for i := 0; i < 100; i++ {
+		if res = run("up.echo", `{"text":"after"}`); res.State != "COMPLETED" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, "changed the schemas of echo") {
+		t.Errorf("up.echo after its schema changed: %s %+v", res.State, res.Error)
+	}
+	if _, err := reg.Lookup("up.grown", ""); err == nil {
+		t.Error("up.grown, added after the start, is a tool")
+	}
+	if res := run("up.plain", `{}`); res.State != "COMPLETED" {
+		t.Errorf("up.plain, unchanged: %s %+v", res.State, res.Error)
+	}
+}
+
+// gatewayRuntime loads the registry file through a gateway into a runtime
+// of its own (both closed when t ends), and returns them with a function
+// that runs a tool as principal p, granted grant.
+func gatewayRuntime(t *testing.T, file, grant string) (*tgruntime.Runtime, *tools.Registry, func(tool, input string) *tgruntime.Result) {
+	t.Helper()
+	gw := mcp.NewGateway(nil)
+	t.Cleanup(func() { gw.Close() })
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(filepath.Dir(file), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, reg, func(tool, input string) *tgruntime.Result {
+		t.Helper()
+		res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: tool, Input: []byte(input), Principal: "p",
+			Grants: []capability.Capability{capability.MustParse(grant)}})
+		if res == nil {
+			t.Fatalf("%s: no result", tool)
+		}
+		return res
 	}
 }

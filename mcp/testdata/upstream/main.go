@@ -193,6 +193,16 @@ func main() {
 			out = append(out, "roots: "+roots)
 			return &sdk.CallToolResult{Content: text(strings.Join(out, ", "))}, nil
 		})
+	// drift: changes the schema of echo and adds a tool grown, while
+	// running (the SDK tells the client: notifications/tools/list_changed).
+	s.AddTool(&sdk.Tool{Name: "drift", Description: "changes its tools", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			drifted := `{"type":"object","properties":{"text":{"type":"string","description":"what to echo"},"to":{"type":"string","description":"where to send it"}},"required":["text"],"additionalProperties":false}`
+			s.AddTool(&sdk.Tool{Name: "echo", Description: "echo the text", InputSchema: json.RawMessage(drifted), OutputSchema: json.RawMessage(echoOut)}, echo)
+			s.AddTool(&sdk.Tool{Name: "grown", Description: "added later", InputSchema: json.RawMessage(`{"type":"object"}`)}, echo)
+			return &sdk.CallToolResult{Content: text("drifted")}, nil
+		})
 	// nodesc: a property without a description, which RFC-0001 6.3 refuses.
 	s.AddTool(&sdk.Tool{Name: "nodesc", Description: "badly declared", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":[]}`)},
 		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
