@@ -557,7 +557,7 @@ func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
 			dir := t.TempDir()
 			file := filepath.Join(dir, "gateway.yaml")
 			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", srv.URL)), 0o600)
-			rt, _, run := gatewayRuntime(t, file, "mcp.call:web")
+			rt, _, run := loadGateway(t, file, "mcp.call:web")
 			if res := run("web.huge", `{}`); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
 				t.Errorf("web.huge: %s %+v, %d bytes of output; want a ResourceError", res.State, res.Error, len(res.Output))
 			}
@@ -738,7 +738,7 @@ func TestGateway_UpstreamRequestsReachNoOne(t *testing.T) {
 func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
 	dir := t.TempDir()
 	file, _ := upstreamFile(t, dir, "")
-	_, reg, run := gatewayRuntime(t, file, "mcp.call:up")
+	_, reg, run := loadGateway(t, file, "mcp.call:up")
 	if res := run("up.echo", `{"text":"before"}`); res.State != "COMPLETED" {
 		t.Fatalf("up.echo: %s %+v", res.State, res.Error)
 	}
@@ -764,10 +764,10 @@ func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
 	}
 }
 
-// gatewayRuntime loads the registry file through a gateway into a runtime
+// loadGateway loads the registry file through a gateway into a runtime
 // of its own (both closed when t ends), and returns them with a function
 // that runs a tool as principal p, granted grant.
-func gatewayRuntime(t *testing.T, file, grant string) (*tgruntime.Runtime, *tools.Registry, func(tool, input string) *tgruntime.Result) {
+func loadGateway(t *testing.T, file, grant string) (*tgruntime.Runtime, *tools.Registry, func(tool, input string) *tgruntime.Result) {
 	t.Helper()
 	gw := mcp.NewGateway(nil)
 	t.Cleanup(func() { gw.Close() })
