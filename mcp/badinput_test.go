@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -86,14 +87,33 @@ func TestStdio_BadInput(t *testing.T) {
 		{"unknown method", `{"jsonrpc":"2.0","id":4,"method":"tools/explode"}`, -32601},
 		{"params of the wrong type", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":5}}`, -32602},
 		{"params not an object", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":"x"}`, -32602},
+		// Params the SDK cannot decode: its own message quoted the params
+		// whole, the tag's random key with them (which let a client forge
+		// its call id), and named Go types.
+		{"an input response of the wrong type", `{"jsonrpc":"2.0","id":"ir","method":"tools/call","params":{"name":"test.noop","arguments":{},"inputResponses":{"x":5}}}`, -32602},
+		{"a request state of the wrong type", `{"jsonrpc":"2.0","id":"rs","method":"tools/call","params":{"name":"test.noop","arguments":{},"requestState":7}}`, -32602},
+		{"_meta not an object", `{"jsonrpc":"2.0","id":"mt","method":"tools/call","params":{"name":"test.noop","_meta":[1]}}`, -32602},
+		{"arguments nested 2000 deep", `{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"test.noop","arguments":{"msg":` +
+			strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}}}`, -32602},
+		// An id that is a number but not an integer: the SDK answered
+		// (and the records named) 1.5 as 1, 1e300 as -2^63.
+		{"an id of 1.5", `{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
+		{"an id of 1e300", `{"jsonrpc":"2.0","id":1e300,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`, -32600},
+		// A member name in another case: read here as the method, not by
+		// the SDK's own decoder.
+		{"a member METHOD", `{"jsonrpc":"2.0","id":"case","method":"tools/call","METHOD":"tools/list","params":{"name":"test.noop"}}`, -32600},
+		{"initialize again, params of the wrong type", `{"jsonrpc":"2.0","id":"in","method":"initialize","params":{"protocolVersion":5}}`, -32602},
 	} {
 		send(tc.line)
 		m := next()
 		if got := errCode(m); got != tc.code {
-			t.Errorf("%s: answer %v, want error %v", tc.name, m, tc.code)
+			t.Errorf("%s: answer %.300v, want error %v", tc.name, m, tc.code)
 		}
-		if s := fmt.Sprint(m); strings.Contains(s, "goroutine") || strings.Contains(s, "io.toolgate/rpc-") {
-			t.Errorf("%s: the answer shows internals: %s", tc.name, s)
+		s := fmt.Sprint(m)
+		for _, internal := range []string{"goroutine", "io.toolgate/rpc-", "*mcp.", "json: ", "unmarshaling"} {
+			if strings.Contains(s, internal) {
+				t.Errorf("%s: the answer shows internals (%q): %.300s", tc.name, internal, s)
+			}
 		}
 	}
 	// A line longer than the limit (16 MiB by default): answered with its
@@ -136,5 +156,18 @@ func TestStdio_BadInput(t *testing.T) {
 	}
 	if len(recs) != 1 || recs[0].EndedAt.IsZero() || recs[0].State != "ROLLED_BACK" || recs[0].Error == nil || recs[0].Error.Code != "canceled" || !slices.ContainsFunc(recs[0].Transitions, func(tr txn.Transition) bool { return tr.To == "ABORTED" }) {
 		t.Fatalf("the abandoned call's records: %+v, want it canceled: ABORTED, then ROLLED_BACK", recs)
+	}
+	auditVerifies(t, rt)
+}
+
+// auditVerifies fails t unless the records and the audit log agree
+// (toolgate audit verify).
+func auditVerifies(t *testing.T, rt *tgruntime.Runtime) {
+	t.Helper()
+	if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+		t.Errorf("audit verify: %s", d)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 
@@ -82,6 +83,9 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
+		msg = c.t.s.cleanError(r)
 	}
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
@@ -186,7 +190,11 @@ func (c *lineConn) decode(line []byte) jsonrpc.Message {
 				return msg
 			}
 		}
-		if json.Valid(line) {
+		var pe *paramsError
+		switch {
+		case errors.As(err, &pe):
+			code, text = jsonrpc.CodeInvalidParams, pe.Error()
+		case json.Valid(line):
 			code, text = jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error()
 		}
 	case json.Valid(line):
@@ -220,6 +228,9 @@ func (c *lineConn) message(m *wireMsg) (jsonrpc.Message, error) {
 	}
 	params := m.Params
 	if method == "tools/call" && id.IsValid() {
+		if err := checkCallParams(params); err != nil {
+			return nil, err
+		}
 		if tagged := c.t.s.tagParams(params, idText(id), c.t.session); tagged != nil {
 			params = tagged
 		}
@@ -241,8 +252,16 @@ func validID(id json.RawMessage) bool {
 	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || id[0] >= '0' && id[0] <= '9') && json.Valid(id)
 }
 
+// errID refuses an id that is not a string or an integer (MCP's
+// RequestId): the SDK makes any number an int64, so that 1.5 was answered
+// and recorded as 1, and 1e300 as -9223372036854775808, the answer naming
+// another request than the one asked. An integer beyond ±2^53 is refused
+// too: it does not survive a float64.
+var errID = errors.New("an id is a string or an integer (at most 2^53 in magnitude)")
+
 // makeID is the id as the SDK's decoder reads it: absent or null is none,
-// a string stays a string, a number is made an int64.
+// a string stays a string, an integer is made an int64; any other number
+// is refused (errID).
 func makeID(raw json.RawMessage) (jsonrpc.ID, error) {
 	switch {
 	case len(raw) == 0 || string(raw) == "null":
@@ -250,13 +269,13 @@ func makeID(raw json.RawMessage) (jsonrpc.ID, error) {
 	case raw[0] == '"':
 		s, err := unquote(raw)
 		if err != nil {
-			return jsonrpc.ID{}, errors.New("an id is a string or a number")
+			return jsonrpc.ID{}, errID
 		}
 		return jsonrpc.MakeID(s)
 	}
 	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil {
-		return jsonrpc.ID{}, errors.New("an id is a string or a number")
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return jsonrpc.ID{}, errID
 	}
 	return jsonrpc.MakeID(f)
 }

@@ -90,7 +90,13 @@
 // the MCP request. Over stdio the session is a random id per connection; over
 // stateless HTTP, per request. Server.Run and Server.Handler read the request
 // id off the wire; a server connected to a transport another way records a
-// new call id instead.
+// new call id instead. The request id travels in the call's _meta under a
+// key random per Server, placed last, so that a client's own copy of the
+// key (in any spelling) loses to it; a tools/call whose params the SDK could
+// not decode (its message would quote them, the key with them, and name Go
+// types) is answered here with invalid params, and one whose id is a number
+// but not an integer with invalid request (the SDK would run it as another
+// id), over stdio and HTTP alike.
 //
 // # Stdio framing
 //

@@ -32,6 +32,10 @@ type GatewayOptions struct {
 	StartTimeout time.Duration
 	// Version is the client version toolgate reports to upstreams.
 	Version string
+	// MaxTools bounds the tools/list of one server: a server that lists
+	// more (one whose pages never end would fill memory until
+	// StartTimeout) is refused. Default 10000.
+	MaxTools int
 	// Only, when set, says which servers to start: Tools leaves the
 	// others out, unstarted, with none of their tools (for a program that
 	// needs one tool, as toolgate run file.read needs no upstream). Nil
@@ -46,7 +50,8 @@ type GatewayOptions struct {
 //
 // What a gateway tool is:
 //
-//   - its id is NAME.TOOL (a tool whose name does not make a valid id is left
+//   - its id is NAME.TOOL (a tool whose name does not make a valid id, or
+//     whose id is a built-in tool's or toolgate.execute_intent, is left
 //     out, with a warning); its schemas are the upstream's, linted by RFC-0001
 //     6.3 as any registration is (a tool whose schemas fail is left out, with
 //     a warning naming it and why). An inputSchema without $schema gets draft
@@ -73,10 +78,15 @@ type GatewayOptions struct {
 // mid-call, is a tools.UnavailableError, which the runtime records as a
 // ResourceError ("mcp_upstream") and retries only for an idempotent tool;
 // at the deadline the runtime aborts the attempt (ABORTED) and the upstream
-// call is cancelled (notifications/cancelled). A connection that broke is
+// call is cancelled (notifications/cancelled). One message from an upstream
+// is bounded (16 MiB, or twice the largest max_output_bytes of its tools
+// when more): a larger one, a JSON answer over HTTP included, breaks the
+// connection and the call is a ResourceError. A connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
-// schemas are checked again: a tool whose schemas changed since the start
-// is unavailable until toolgate starts again.
+// schemas are checked again, as they are on the next call after the server
+// says its tools changed (notifications/tools/list_changed): a tool whose
+// schemas changed since the start is unavailable until toolgate starts
+// again, and a tool added since is not one of toolgate's.
 type Gateway struct {
 	opts GatewayOptions
 
@@ -96,6 +106,9 @@ func NewGateway(opts *GatewayOptions) *Gateway {
 	}
 	if g.opts.StartTimeout <= 0 {
 		g.opts.StartTimeout = 30 * time.Second
+	}
+	if g.opts.MaxTools <= 0 {
+		g.opts.MaxTools = 10000
 	}
 	return g
 }
@@ -184,6 +197,7 @@ type upstream struct {
 	mu      sync.Mutex
 	session *sdk.ClientSession
 	hashes  map[string]string // upstream tool name -> schema hash at load
+	stale   bool              // the session's server said its tools changed
 	closed  bool
 }
 
@@ -194,22 +208,51 @@ var errUpstreamClosed = errors.New("the gateway is closed")
 // process it starts, bounded as the process tools are (tools.MCPServer's
 // Start), whose Close closes the transport.
 func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
+	max := u.maxMessage()
 	if u.decl.URL != "" {
 		headers, err := u.decl.Headers()
 		if err != nil {
 			return nil, nil, err
 		}
+		client := &http.Client{
+			Transport: &headerTransport{base: http.DefaultTransport, headers: headers, max: int64(max)},
+			// The headers (credentials, from the environment) are the
+			// endpoint's: a redirect elsewhere would carry them there, as
+			// the transport sets them on every request.
+			CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+				return fmt.Errorf("the server redirected to %s; toolgate does not follow an MCP server's redirects", r.URL.Redacted())
+			},
+		}
 		return &sdk.StreamableClientTransport{
-			Endpoint:   u.decl.URL,
-			HTTPClient: &http.Client{Transport: &headerTransport{base: http.DefaultTransport, headers: headers}},
-			MaxRetries: -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
+			Endpoint:     u.decl.URL,
+			HTTPClient:   client,
+			MaxRetries:   -1, // a broken stream is the call's ResourceError, not retried behind the runtime's back
+			MaxEventSize: max,
 		}, nil, nil
 	}
 	p, err := u.decl.Start(u.gw.opts.Stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &sdk.IOTransport{Reader: p, Writer: p}, p, nil
+	return &sdk.IOTransport{Reader: p, Writer: p, MaxLineLength: max}, p, nil
+}
+
+// maxMessage bounds one message from the server, in bytes: 16 MiB (the
+// SDK's bound of a stdio line), or room for twice the largest
+// max_output_bytes of its tools (a result may hold its output twice, as
+// content and structuredContent) when that is more. A larger message ends
+// the connection: the call is a ResourceError.
+func (u *upstream) maxMessage() int {
+	most := u.decl.Limits.MaxOutputBytes
+	for _, o := range u.decl.Tools {
+		if o.Limits != nil && o.Limits.MaxOutputBytes > most {
+			most = o.Limits.MaxOutputBytes
+		}
+	}
+	if n := 2*most + 1<<20; n > sdk.DefaultMaxLineLength {
+		return int(n)
+	}
+	return sdk.DefaultMaxLineLength
 }
 
 // connect opens a session (for stdio, starts the process).
@@ -218,7 +261,17 @@ func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, nil)
+	c := sdk.NewClient(&sdk.Implementation{Name: "toolgate-gateway", Version: u.gw.opts.Version}, &sdk.ClientOptions{
+		// A server that changed its tools says so: the next call checks
+		// their schemas again, as after a reconnect.
+		ToolListChangedHandler: func(_ context.Context, r *sdk.ToolListChangedRequest) {
+			u.mu.Lock()
+			if u.session == r.Session {
+				u.stale = true
+			}
+			u.mu.Unlock()
+		},
+	})
 	cs, err := c.Connect(ctx, t, nil)
 	if err != nil {
 		if closer != nil {
@@ -235,12 +288,15 @@ func (u *upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
 	return cs, nil
 }
 
-// listTools reads the server's whole tools/list.
-func listTools(ctx context.Context, cs *sdk.ClientSession) ([]*sdk.Tool, error) {
+// listTools reads the server's whole tools/list, at most max tools.
+func listTools(ctx context.Context, cs *sdk.ClientSession, max int) ([]*sdk.Tool, error) {
 	var out []*sdk.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, err
+		}
+		if len(out) == max {
+			return nil, fmt.Errorf("the server lists more than %d tools", max)
 		}
 		out = append(out, t)
 	}
@@ -258,7 +314,7 @@ func (u *upstream) load() ([]tools.Tool, error) {
 	u.mu.Lock()
 	u.session = cs
 	u.mu.Unlock()
-	list, err := listTools(ctx, cs)
+	list, err := listTools(ctx, cs, u.gw.opts.MaxTools)
 	if err != nil {
 		return nil, fmt.Errorf("tools/list: %v", err)
 	}
@@ -302,6 +358,14 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	s := &u.decl
 	o := s.Tools[t.Name]
 	id := s.Name + "." + t.Name
+	switch {
+	case id == ExecuteIntentTool:
+		return nil, "", "its id is the name of toolgate's own tool " + ExecuteIntentTool
+	case builtinIDs()[id]:
+		// At a higher version it would be what a call of the built-in's
+		// plain id runs.
+		return nil, "", fmt.Sprintf("its id %s is a built-in tool's", id)
+	}
 	hash, err := SchemaSHA256(t.InputSchema, t.OutputSchema)
 	if err != nil {
 		return nil, "", fmt.Sprintf("its schemas are not JSON: %v", err)
@@ -381,6 +445,16 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	return gt, "", ""
 }
 
+// builtinIDs are the ids of toolgate's built-in tools, which no upstream
+// tool may take.
+var builtinIDs = sync.OnceValue(func() map[string]bool {
+	m := map[string]bool{}
+	for _, t := range tools.Builtins() {
+		m[t.Declaration().ID] = true
+	}
+	return m
+})
+
 // withDialect returns schema as JSON with "$schema" set to draft 2020-12
 // when it has none (MCP's default dialect).
 func withDialect(schema any) (json.RawMessage, error) {
@@ -408,26 +482,42 @@ func (u *upstream) sessionFor(ctx context.Context) (*sdk.ClientSession, error) {
 		return nil, errUpstreamClosed
 	}
 	if u.session != nil {
+		if u.stale {
+			if err := u.recheck(ctx, u.session); err != nil {
+				return nil, err
+			}
+			u.stale = false
+		}
 		return u.session, nil
 	}
 	cs, err := u.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	list, err := listTools(ctx, cs)
-	if err != nil {
+	if err := u.recheck(ctx, cs); err != nil {
 		cs.Close()
-		return nil, fmt.Errorf("tools/list: %v", err)
+		return nil, err
+	}
+	u.session, u.stale = cs, false
+	return cs, nil
+}
+
+// recheck reads the tools/list of cs again: a tool whose schemas are no
+// longer those loaded is unavailable until toolgate starts again; a tool
+// added since is not toolgate's. u.mu is held.
+func (u *upstream) recheck(ctx context.Context, cs *sdk.ClientSession) error {
+	list, err := listTools(ctx, cs, u.gw.opts.MaxTools)
+	if err != nil {
+		return fmt.Errorf("tools/list: %v", err)
 	}
 	for _, t := range list {
 		if want, ok := u.hashes[t.Name]; ok {
 			if got, err := SchemaSHA256(t.InputSchema, t.OutputSchema); err != nil || got != want {
-				delete(u.hashes, t.Name) // unavailable until toolgate starts again
+				delete(u.hashes, t.Name)
 			}
 		}
 	}
-	u.session = cs
-	return cs, nil
+	return nil
 }
 
 // drop forgets cs (broken) so that the next call connects again.
@@ -552,10 +642,14 @@ func contentText(cs []sdk.Content) string {
 	return strings.Join(parts, "\n")
 }
 
-// headerTransport adds fixed headers to every request.
+// headerTransport adds fixed headers to every request, and bounds a
+// response that is not an event stream to max bytes: the SDK reads a JSON
+// response whole, however large (an event stream's events are bounded by
+// MaxEventSize).
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	max     int64
 }
 
 func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -563,5 +657,28 @@ func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	for k, v := range h.headers {
 		r.Header.Set(k, v)
 	}
-	return h.base.RoundTrip(r)
+	resp, err := h.base.RoundTrip(r)
+	if err == nil && h.max > 0 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		resp.Body = &boundedBody{rc: resp.Body, max: h.max}
+	}
+	return resp, err
 }
+
+// boundedBody fails a read past its bound.
+type boundedBody struct {
+	rc        io.ReadCloser
+	read, max int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if room := b.max + 1 - b.read; int64(len(p)) > room { // one byte more tells a body of exactly max from a longer one
+		p = p[:room]
+	}
+	n, err := b.rc.Read(p)
+	if b.read += int64(n); b.read > b.max {
+		return 0, fmt.Errorf("the server's answer is longer than %d bytes", b.max)
+	}
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.rc.Close() }

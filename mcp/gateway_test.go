@@ -532,3 +532,261 @@ func TestGateway_StdioUpstreamBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An HTTP upstream that answers a call with more than the gateway takes
+// (16 MiB here; room for twice max_output_bytes when that is more) does
+// not make toolgate read it all into memory: the SDK reads a JSON answer
+// whole, however large; the gateway cuts it at the bound, and the call is
+// a ResourceError, recorded; the next call connects again. An answer of an
+// event stream is bounded per event the same way.
+func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
+	for _, jsonResponse := range []bool{true, false} {
+		t.Run(fmt.Sprint("json=", jsonResponse), func(t *testing.T) {
+			up := sdk.NewServer(&sdk.Implementation{Name: "web", Version: "0.3.0"}, nil)
+			up.AddTool(&sdk.Tool{Name: "huge", Description: "answers 20 MiB", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", 20<<20)}}}, nil
+				})
+			up.AddTool(&sdk.Tool{Name: "ping", Description: "answers", InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
+				})
+			srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up },
+				&sdk.StreamableHTTPOptions{JSONResponse: jsonResponse}))
+			t.Cleanup(srv.Close) // after the gateway's, which holds a stream open
+			dir := t.TempDir()
+			file := filepath.Join(dir, "gateway.yaml")
+			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", srv.URL)), 0o600)
+			rt, _, run := loadGateway(t, file, "mcp.call:web")
+			if res := run("web.huge", `{}`); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
+				t.Errorf("web.huge: %s %+v, %d bytes of output; want a ResourceError", res.State, res.Error, len(res.Output))
+			}
+			if res := run("web.ping", `{}`); res.State != "COMPLETED" {
+				t.Errorf("web.ping after: %s %+v", res.State, res.Error)
+			}
+			recs, err := rt.Executions(context.Background(), txn.Filter{ToolID: "web.huge"})
+			if err != nil || len(recs) != 1 || recs[0].State != "ROLLED_BACK" || recs[0].Principal != "p" {
+				t.Errorf("the records of web.huge: %v %+v", err, recs)
+			}
+			if _, err := rt.VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
+				t.Errorf("verify: %s", d)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An upstream cannot take the id of a built-in tool or of toolgate's own
+// tool: under a server named file, a tool listed as read would be
+// file.read, at the upstream's version (1.2.3, above the built-in's), so
+// that a call of file.read ran the upstream's; under a server named
+// toolgate, execute_intent made toolgate mcp refuse to start. Both are left
+// out with a warning; the built-in stays what file.read runs.
+func TestGateway_UpstreamCannotTakeBuiltinIDs(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("UPSTREAM_EXTRA", "read,list,execute_intent")
+	var body strings.Builder
+	body.WriteString("mcp_servers:\n")
+	for _, name := range []string{"file", "toolgate"} {
+		fmt.Fprintf(&body, "  - name: %s\n    command: %s\n    env: {UPSTREAM_CALLS: %q}\n    env_inherit: [UPSTREAM_EXTRA]\n    limits: {max_execution_time: 20s}\n",
+			name, upstream(t), filepath.Join(dir, name+".log"))
+	}
+	file := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(file, []byte(body.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools, tools.Builtins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"file.read", "file.list"} {
+		e, err := reg.Lookup(id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := e.Declaration()
+		for _, c := range d.MayRequire() {
+			if c.Name == "mcp.call" {
+				t.Errorf("%s runs the upstream's tool (%s@%s, %s)", id, d.ID, d.Version, c)
+			}
+		}
+	}
+	if e, err := reg.Lookup("file.echo", ""); err != nil || e.Declaration().Version != "1.2.3" {
+		t.Errorf("file.echo, an id of the server's own: %v", err)
+	}
+	warnings := strings.Join(gw.Warnings(), "\n")
+	for _, want := range []string{"file.read left out", "file.list left out", "toolgate.execute_intent left out"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("no warning %q in:\n%s", want, warnings)
+		}
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if _, err := mcp.New(rt, nil); err != nil {
+		t.Errorf("the MCP server does not start: %v", err)
+	}
+}
+
+// An HTTP upstream that redirects does not get toolgate to send the header
+// from the environment (a credential) to where it points: the gateway
+// follows no redirect, and the server does not load.
+func TestGateway_HTTPUpstreamRedirectKeepsTheSecret(t *testing.T) {
+	var mu sync.Mutex
+	var leaked []string
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		leaked = append(leaked, r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer elsewhere.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+"/mcp", http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gateway.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
+  - name: web
+    url: %s
+    headers_from_env: {Authorization: WEB_MCP_AUTH}
+    limits: {max_execution_time: 10s}
+`, redirector.URL)), 0o600)
+	t.Setenv("WEB_MCP_AUTH", "Bearer from-env")
+	gw := mcp.NewGateway(&mcp.GatewayOptions{StartTimeout: 10 * time.Second})
+	defer gw.Close()
+	_, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err == nil {
+		t.Fatal("a server that redirects loaded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range leaked {
+		if h != "" {
+			t.Errorf("the redirect's target got Authorization %q", h)
+		}
+	}
+	t.Logf("the error: %v", err)
+}
+
+// An upstream whose tools/list never ends (a next cursor on every page)
+// is refused once it listed more than GatewayOptions.MaxTools, rather than
+// read until the start timeout, its tools piling up in memory.
+func TestGateway_EndlessToolsList(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("UPSTREAM_ENDLESS", "1")
+	file, _ := upstreamFile(t, dir, "")
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte("env_inherit: [UPSTREAM_DRIFT]"), []byte("env_inherit: [UPSTREAM_ENDLESS]"), 1)
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := mcp.NewGateway(&mcp.GatewayOptions{StartTimeout: 60 * time.Second, MaxTools: 100})
+	defer gw.Close()
+	_, err = tools.LoadRegistryFileWith(file, gw.Tools)
+	if err == nil || !strings.Contains(err.Error(), "lists more than 100 tools") {
+		t.Fatalf("an endless tools/list: %v", err)
+	}
+}
+
+// What an upstream asks of its client (elicitation, sampling, roots)
+// reaches neither the agent nor a person: toolgate's client answers
+// elicitation and sampling with an error, and lists no roots; the agent's
+// client, with an elicitation handler, is asked nothing.
+func TestGateway_UpstreamRequestsReachNoOne(t *testing.T) {
+	bin := toolgate(t)
+	dir := t.TempDir()
+	reg, log := upstreamFile(t, dir, "")
+	cmd := exec.Command(bin, "--db", filepath.Join(dir, "tg.db"), "--registry", reg, "mcp", "--principal", "tester", "--allow", "mcp.call:up/ask")
+	user := &elicitor{answer: &sdk.ElicitResult{Action: "accept", Content: map[string]any{}}}
+	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, &sdk.ClientOptions{ElicitationHandler: user.handle,
+		CreateMessageHandler: func(context.Context, *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			t.Error("the agent's client was asked to sample")
+			return nil, errors.New("no")
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cs.Close(); cmd.Wait() }()
+	res := call(t, ctx, cs, "up.ask", map[string]any{}, nil)
+	completed(t, res)
+	if got := text(t, res); !strings.Contains(got, "elicit: true, sample: true, roots: none") || calls(t, log, "ask") != 1 {
+		t.Errorf("up.ask: %s", got)
+	}
+	if user.count() != 0 {
+		t.Errorf("the agent's user was asked %d times", user.count())
+	}
+}
+
+// An upstream that changes a tool's schema while it runs (and says so,
+// notifications/tools/list_changed) gets that tool unavailable from the
+// next call on, as after a reconnect, not called under the schemas
+// toolgate loaded; a tool it adds is not toolgate's.
+func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	file, _ := upstreamFile(t, dir, "")
+	_, reg, run := loadGateway(t, file, "mcp.call:up")
+	if res := run("up.echo", `{"text":"before"}`); res.State != "COMPLETED" {
+		t.Fatalf("up.echo: %s %+v", res.State, res.Error)
+	}
+	if res := run("up.drift", `{}`); res.State != "COMPLETED" {
+		t.Fatalf("up.drift: %s %+v", res.State, res.Error)
+	}
+	// The notification comes on its own: the call that follows it refuses.
+	var res *tgruntime.Result
+	for i := 0; i < 100; i++ {
+		if res = run("up.echo", `{"text":"after"}`); res.State != "COMPLETED" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, "changed the schemas of echo") {
+		t.Errorf("up.echo after its schema changed: %s %+v", res.State, res.Error)
+	}
+	if _, err := reg.Lookup("up.grown", ""); err == nil {
+		t.Error("up.grown, added after the start, is a tool")
+	}
+	if res := run("up.plain", `{}`); res.State != "COMPLETED" {
+		t.Errorf("up.plain, unchanged: %s %+v", res.State, res.Error)
+	}
+}
+
+// loadGateway loads the registry file through a gateway into a runtime
+// of its own (both closed when t ends), and returns them with a function
+// that runs a tool as principal p, granted grant.
+func loadGateway(t *testing.T, file, grant string) (*tgruntime.Runtime, *tools.Registry, func(tool, input string) *tgruntime.Result) {
+	t.Helper()
+	gw := mcp.NewGateway(nil)
+	t.Cleanup(func() { gw.Close() })
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(filepath.Dir(file), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	return rt, reg, func(tool, input string) *tgruntime.Result {
+		t.Helper()
+		res, _ := rt.Execute(context.Background(), tgruntime.Invocation{Tool: tool, Input: []byte(input), Principal: "p",
+			Grants: []capability.Capability{capability.MustParse(grant)}})
+		if res == nil {
+			t.Fatalf("%s: no result", tool)
+		}
+		return res
+	}
+}

@@ -10,7 +10,7 @@ func BenchmarkTagMessage(b *testing.B) {
 	s := &Server{tagKey: "io.toolgate/rpc-0123456789abcdef"}
 	msg := []byte(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"test.noop","arguments":{}}}`)
 	for range b.N {
-		if s.tagMessage(msg, "0123456789abcdef") == nil {
+		if out, _ := s.tagMessage(msg, "0123456789abcdef"); out == nil {
 			b.Fatal("not tagged")
 		}
 	}
@@ -31,7 +31,7 @@ func TestTagMessage(t *testing.T) {
 		`{"name":"t\u0022x","arguments":[true,false,-1.5e3]}`,
 	} {
 		msg := []byte(`{"jsonrpc":"2.0","id":"r 1","method":"tools/call","params":` + params + `}`)
-		out := s.tagMessage(msg, "abc")
+		out, _ := s.tagMessage(msg, "abc")
 		if out == nil {
 			t.Errorf("%s: not tagged", params)
 			continue
@@ -64,7 +64,7 @@ func TestTagMessage(t *testing.T) {
 	}
 	for _, params := range []string{`{"name":7}`, `{"arguments":{}}`, `{"name":"t","_meta":[]}`, `[]`, `"x"`} {
 		msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + params + `}`)
-		if out := s.tagMessage(msg, "abc"); out != nil {
+		if out, _ := s.tagMessage(msg, "abc"); out != nil {
 			t.Errorf("%s: tagged %s, want it left to the SDK", params, out)
 		}
 	}

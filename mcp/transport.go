@@ -3,6 +3,8 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,7 +64,8 @@ func (nopWriteCloser) Close() error { return nil }
 // HTTPOptions configure Handler. A nil *HTTPOptions means the zero value.
 type HTTPOptions struct {
 	// Authenticate maps a bearer token to the principal its calls run as;
-	// nil means no authentication: every call runs as Options.Principal.
+	// a token it maps to "" is refused like one it does not know (401). Nil
+	// means no authentication: every call runs as Options.Principal.
 	Authenticate func(token string) (principal string, ok bool)
 	// MaxBodyBytes bounds a request's body; default 4 MiB. A larger one is
 	// answered 413.
@@ -79,7 +82,8 @@ const protocolStateless = "2026-07-28"
 // later (MCP-Protocol-Version) and no session goes to a stateless handler,
 // everything else to a stateful one (sessions, 2025-11-25 and earlier).
 // DNS-rebinding protection stays on: a request that reached a loopback
-// address with a Host header that is not loopback is refused (403).
+// address with a Host header that is not loopback is refused (403). A
+// JSON-RPC batch is refused (400), as over stdio.
 func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 	var o HTTPOptions
 	if opts != nil {
@@ -115,7 +119,21 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", o.MaxBodyBytes), http.StatusRequestEntityTooLarge)
 				return
 			}
-			if tagged := s.tagMessage(bytes.TrimSpace(body), session); tagged != nil {
+			body = bytes.TrimSpace(body)
+			if len(body) > 0 && body[0] == '[' {
+				// The SDK takes a batch from a client of a protocol before
+				// 2025-06-18, and its tools/calls would go untagged: refused,
+				// as over stdio.
+				refuse(w, &wireRefusal{code: jsonrpc.CodeInvalidRequest, msg: "invalid request: batches are not supported; send one message per request"})
+				return
+			}
+			tagged, err := s.tagMessage(body, session)
+			var rf *wireRefusal
+			if errors.As(err, &rf) {
+				refuse(w, rf)
+				return
+			}
+			if tagged != nil {
 				body = tagged
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -126,7 +144,9 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 	if o.Authenticate != nil {
 		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 			p, ok := o.Authenticate(token)
-			if !ok {
+			if !ok || p == "" {
+				// A token that maps to no principal is refused: its calls
+				// would run as Options.Principal.
 				return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
 			}
 			return &auth.TokenInfo{UserID: p, Expiration: time.Now().Add(24 * time.Hour)}, nil
@@ -134,4 +154,19 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 		h = auth.RequireBearerToken(verify, nil)(h)
 	}
 	return h
+}
+
+// refuse answers a POST the SDK is not given, with the protocol's error:
+// 400 for an invalid request, else 200 (an answer to the request, by its
+// id).
+func refuse(w http.ResponseWriter, r *wireRefusal) {
+	id := r.id
+	if !validID(id) {
+		id = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.code == jsonrpc.CodeInvalidRequest {
+		w.WriteHeader(http.StatusBadRequest)
+	}
+	w.Write(mustJSON(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": r.code, "message": r.msg}}))
 }

@@ -3,19 +3,23 @@
 // appends a line per tool call to $UPSTREAM_CALLS ("NAME" when a call
 // starts, "cancelled NAME" when its context ends first) and writes its pid
 // to $UPSTREAM_PID, so a test can prove what reached it and kill it.
-// $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_VERSION is the
+// $UPSTREAM_DRIFT=1 changes the schema of echo; $UPSTREAM_EXTRA lists more
+// names (comma-separated) the echo tool is listed under; $UPSTREAM_VERSION is the
 // version it reports (default 1.2.3). $UPSTREAM_GRANDCHILD names a file
 // it writes the pid of a child it starts (sleep, in its process group) to;
 // the tool limits reports its own RLIMIT_AS and RLIMIT_FSIZE.
+// $UPSTREAM_ENDLESS=1 makes it a server whose tools/list never ends.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,7 +45,38 @@ func record(line string) {
 
 func text(s string) []sdk.Content { return []sdk.Content{&sdk.TextContent{Text: s}} }
 
+// endless speaks MCP by hand: its tools/list never ends (each page one new
+// tool and a next cursor).
+func endless() {
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(nil, 1<<20)
+	for n := 0; sc.Scan(); {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
+			continue
+		}
+		var result string
+		switch m.Method {
+		case "initialize":
+			result = `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"endless","version":"1.0.0"}}`
+		case "tools/list":
+			n++
+			result = fmt.Sprintf(`{"tools":[{"name":"t%d","description":"one more","inputSchema":{"type":"object"}}],"nextCursor":"c%d"}`, n, n)
+		default:
+			result = `{}`
+		}
+		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", m.ID, result)
+	}
+}
+
 func main() {
+	if os.Getenv("UPSTREAM_ENDLESS") == "1" {
+		endless()
+		return
+	}
 	if p := os.Getenv("UPSTREAM_PID"); p != "" {
 		os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o600)
 	}
@@ -73,7 +108,11 @@ func main() {
 		return &sdk.CallToolResult{Content: text(string(b)), StructuredContent: out}, nil
 	}
 	// echo, and the same tool under other names the tests grant or not.
-	for _, name := range []string{"echo", "secret", "gated"} {
+	names := []string{"echo", "secret", "gated"}
+	if extra := os.Getenv("UPSTREAM_EXTRA"); extra != "" {
+		names = append(names, strings.Split(extra, ",")...)
+	}
+	for _, name := range names {
 		s.AddTool(&sdk.Tool{Name: name, Description: name + " the text", InputSchema: json.RawMessage(echoIn), OutputSchema: json.RawMessage(echoOut)}, echo)
 	}
 	// badout: a result that its own outputSchema refuses (echoed must be a
@@ -136,6 +175,33 @@ func main() {
 				os.Exit(3)
 			}
 			return &sdk.CallToolResult{Content: text("survived")}, nil
+		})
+	// ask: sends toolgate the requests a server may send its client
+	// (elicitation, sampling, roots) and answers what came back.
+	s.AddTool(&sdk.Tool{Name: "ask", Description: "asks its client", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			var out []string
+			_, err := r.Session.Elicit(ctx, &sdk.ElicitParams{Message: "approve?", RequestedSchema: json.RawMessage(`{"type":"object","properties":{}}`)})
+			out = append(out, fmt.Sprintf("elicit: %v", err != nil))
+			_, err = r.Session.CreateMessage(ctx, &sdk.CreateMessageParams{MaxTokens: 5, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}})
+			out = append(out, fmt.Sprintf("sample: %v", err != nil))
+			roots := "none"
+			if res, err := r.Session.ListRoots(ctx, nil); err == nil && len(res.Roots) > 0 {
+				roots = fmt.Sprint(len(res.Roots))
+			}
+			out = append(out, "roots: "+roots)
+			return &sdk.CallToolResult{Content: text(strings.Join(out, ", "))}, nil
+		})
+	// drift: changes the schema of echo and adds a tool grown, while
+	// running (the SDK tells the client: notifications/tools/list_changed).
+	s.AddTool(&sdk.Tool{Name: "drift", Description: "changes its tools", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			record(r.Params.Name)
+			drifted := `{"type":"object","properties":{"text":{"type":"string","description":"what to echo"},"to":{"type":"string","description":"where to send it"}},"required":["text"],"additionalProperties":false}`
+			s.AddTool(&sdk.Tool{Name: "echo", Description: "echo the text", InputSchema: json.RawMessage(drifted), OutputSchema: json.RawMessage(echoOut)}, echo)
+			s.AddTool(&sdk.Tool{Name: "grown", Description: "added later", InputSchema: json.RawMessage(`{"type":"object"}`)}, echo)
+			return &sdk.CallToolResult{Content: text("drifted")}, nil
 		})
 	// nodesc: a property without a description, which RFC-0001 6.3 refuses.
 	s.AddTool(&sdk.Tool{Name: "nodesc", Description: "badly declared", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":[]}`)},
