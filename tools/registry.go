@@ -158,6 +158,14 @@ func (r *Registry) Freeze() {
 // Frozen reports whether Freeze has been called.
 func (r *Registry) Frozen() bool { return r.frozen.Load() }
 
+// has reports whether any version of id is registered; the registry may
+// not be frozen yet.
+func (r *Registry) has(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.tools[id]) > 0
+}
+
 // Lookup returns the tool id at version, or when version is "" at its
 // highest release version (a pre-release only if it has nothing else). It
 // returns ErrNotFrozen, or an error wrapping

@@ -511,6 +511,17 @@ func (p *fileParser) registerMCP(reg *Registry, servers MCPTools) error {
 	if err != nil {
 		return &RegistryFileError{File: p.file, Line: p.serversKey.Line, Reason: "mcp_servers: " + strings.TrimPrefix(err.Error(), "mcp: "), Err: err}
 	}
+	// An upstream tool never shares an id with a tool the file declares (or
+	// a base tool): at a higher version it would be what a call of that id
+	// runs. The ids are checked before any is registered.
+	for _, t := range list {
+		id := t.Declaration().ID
+		if reg.has(id) {
+			err := fmt.Errorf("%w: %s, an upstream tool, has the id of a tool already declared", ErrInvalidDeclaration, id)
+			return &RegistryFileError{File: p.file, Line: p.serversKey.Line,
+				Reason: fmt.Sprintf("mcp_servers: the upstream tool %s has the id of a tool the file (or toolgate) already declares: rename the server or that tool", id), Err: err}
+		}
+	}
 	for _, t := range list {
 		if err := reg.Register(t); err != nil {
 			return &RegistryFileError{File: p.file, Line: p.serversKey.Line, Reason: "mcp_servers: " + strings.TrimPrefix(err.Error(), "tools: "), Err: err}

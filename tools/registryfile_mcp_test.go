@@ -1,6 +1,8 @@
 package tools_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -188,5 +190,54 @@ func TestRegistryFile_MCPEnvFrom(t *testing.T) {
 	p.Close()
 	if lines := strings.Fields(string(out)); !slices.Contains(lines, "API_KEY=sk-live-123") || slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "TG_TEST_") }) {
 		t.Errorf("the server's environment: %q", out)
+	}
+}
+
+// An upstream tool that has the id of a tool the file declares (at a
+// higher version it would be what a call of that id runs) refuses the
+// file, naming it; other upstream tools load.
+func TestRegistryFile_MCPToolCannotTakeAFileToolsID(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	file := `tools:
+  - id: up.echo
+    version: 1.0.0
+    description: the file's own echo
+    command: echo
+    argv: ["{msg}"]
+    input_schema: {$schema: "https://json-schema.org/draft/2020-12/schema", type: object, properties: {msg: {type: string, description: what, maxLength: 20}}, required: [msg], additionalProperties: false}
+    limits: {max_execution_time: 10s}
+mcp_servers:
+  - name: up
+    command: /bin/cat
+    limits: {max_execution_time: 10s}
+`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	upstream := func(ids ...string) tools.MCPTools {
+		return func([]tools.MCPServer) ([]tools.Tool, error) {
+			var out []tools.Tool
+			for _, id := range ids {
+				d := tools.Declaration{ID: id, Version: "9.0.0", Name: id, Description: "an upstream tool",
+					InputSchema:    json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{},"required":[],"additionalProperties":false}`),
+					OutputSchema:   json.RawMessage(`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{},"required":[],"additionalProperties":false}`),
+					ResourceLimits: tools.ResourceLimits{MaxExecutionTime: time.Second}}
+				out = append(out, tools.NewRaw(d, func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
+					return json.RawMessage(`{}`), nil
+				}))
+			}
+			return out, nil
+		}
+	}
+	_, err := tools.LoadRegistryFileWith(path, upstream("up.other", "up.echo"))
+	if !errors.Is(err, tools.ErrRegistryFile) || !strings.Contains(err.Error(), "up.echo") || !strings.Contains(err.Error(), "already declares") {
+		t.Fatalf("an upstream tool with a file tool's id: %v", err)
+	}
+	reg, err := tools.LoadRegistryFileWith(path, upstream("up.other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := reg.Lookup("up.echo", ""); err != nil || e.Declaration().Version != "1.0.0" {
+		t.Errorf("up.echo: %v", err)
 	}
 }
