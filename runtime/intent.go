@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ const (
 	nsDecisions  = reservedPrefix + "intent.decisions" // id -> IntentDecision, written once
 	nsExecuted   = reservedPrefix + "intent.executed"  // id -> IntentExecution, written with the claim
 	nsIntentLogs = reservedPrefix + "intent.refusals"  // id/seq -> IntentEvent, a refused execution
+	nsPending    = reservedPrefix + "intent.pending"   // "p:"+proposer -> its pending intents, decimal (MaxPendingIntents)
 )
 
 // The statuses of an intent.
@@ -198,8 +200,17 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 		if _, ok := v.Get(nsIntents, rec.ID); ok {
 			return errors.New("runtime: intent id collision") // a random UUID: never in practice
 		}
+		if n := pendingOf(v, rec.Proposer); r.opts.MaxPendingIntents > 0 && n >= r.opts.MaxPendingIntents {
+			return &IntentError{Code: "intent_limit", Reason: fmt.Sprintf("%s has %d intents pending, the most allowed: nothing was proposed; they count again once approved or rejected", rec.Proposer, n)}
+		} else if err := v.Put(nsPending, pendingKey(rec.Proposer), strconv.AppendInt(nil, int64(n+1), 10)); err != nil {
+			return err
+		}
 		return v.Put(nsIntents, rec.ID, b)
 	}, ev)
+	var ie *IntentError
+	if errors.As(err, &ie) {
+		return nil, ie
+	}
 	if err != nil {
 		return nil, &StateError{Op: "record", Err: err}
 	}
@@ -208,6 +219,22 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 		r.proposed(in)
 	}
 	return in, err
+}
+
+func pendingKey(proposer string) string { return "p:" + proposer }
+
+// pendingOf is how many intents proposer has pending, as counted since
+// this version (a missing or damaged count is none).
+func pendingOf(v *txn.StateView, proposer string) int {
+	b, ok := v.Get(nsPending, pendingKey(proposer))
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(string(b))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // proposed calls Options.OnPropose with a copy of in; a panic in it does
@@ -300,6 +327,11 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 			}
 			return &IntentError{Code: "intent_decided", IntentID: id,
 				Reason: fmt.Sprintf("already %s by %s at %s; a decision is final", verb, p.By, p.At.Format(time.RFC3339))}
+		}
+		if n := pendingOf(v, in.Proposer); n > 0 {
+			if err := v.Put(nsPending, pendingKey(in.Proposer), strconv.AppendInt(nil, int64(n-1), 10)); err != nil {
+				return err
+			}
 		}
 		return v.Put(nsDecisions, id, b)
 	}, ev)

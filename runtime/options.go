@@ -56,6 +56,14 @@ type Options struct {
 	// MaxInputBytes caps the size of an invocation's input; default 4 MiB.
 	MaxInputBytes int
 
+	// MaxPendingIntents is how many intents one proposer may have pending
+	// (neither approved nor rejected) at once; default 1000, negative
+	// means no limit. Propose refuses one more (*IntentError, code
+	// intent_limit), so that an agent cannot flood the approvers (and
+	// the store) with proposals. Intents pending from before this version
+	// are not counted.
+	MaxPendingIntents int
+
 	// WorkDir is the directory relative paths given to tools are resolved
 	// against; "" means the process's working directory at Open.
 	WorkDir string
@@ -179,6 +187,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxInputBytes == 0 {
 		o.MaxInputBytes = 4 << 20
+	}
+	if o.MaxPendingIntents == 0 {
+		o.MaxPendingIntents = 1000
 	}
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = time.Second

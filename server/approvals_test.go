@@ -54,3 +54,23 @@ func TestServer_SignedApprovals(t *testing.T) {
 		t.Fatalf("the refused approval was recorded: %+v, %v", got, err)
 	}
 }
+
+// A proposer at its limit of pending intents is answered 429
+// too-many-pending, and nothing is stored (the store is not blamed).
+func TestServer_PendingLimit(t *testing.T) {
+	ctx := context.Background()
+	f := newFixtureWith(t, nil, nil, true, func(o *tgruntime.Options) { o.MaxPendingIntents = 1 })
+	if _, err := f.client(t, agentToken).Propose(ctx, inv("test.echo", `{"msg":"one"}`)); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := f.post(t, "/v1/intents", agentToken, "application/json", `{"tool":"test.echo","input":{"msg":"two"}}`)
+	if code != 429 || !strings.HasSuffix(body["type"].(string), "/too-many-pending") {
+		t.Fatalf("a proposal over the limit: %d %v", code, body)
+	}
+	if all, _ := f.rt.Intents(ctx, tgruntime.IntentFilter{}); len(all) != 1 {
+		t.Errorf("%d intents stored, want 1", len(all))
+	}
+	if code, _, _ := f.post(t, "/v1/intents", agentToken, "application/json", `{"tool":"nope","input":{}}`); code != 404 {
+		t.Errorf("the server refuses what follows: %d", code)
+	}
+}

@@ -806,11 +806,14 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request, who TokenConfig
 	}
 	in, err := s.rt.Propose(r.Context(), tgruntime.Invocation{Tool: req.Tool, Version: req.Version, Input: req.Input, Principal: who.Principal})
 	var ve *tgruntime.ValidationError
+	var ie *tgruntime.IntentError
 	switch {
 	case errors.Is(err, tools.ErrToolNotFound), errors.Is(err, tools.ErrVersionNotFound):
 		problem(w, http.StatusNotFound, "tool-not-found", "Unknown tool or version", tgruntime.Message(err), nil)
 	case errors.As(err, &ve):
 		problem(w, http.StatusUnprocessableEntity, "invalid-input", "Input does not match the tool's schema", tgruntime.Message(err), nil)
+	case errors.As(err, &ie) && ie.Code == "intent_limit":
+		problem(w, http.StatusTooManyRequests, "too-many-pending", "Too many pending intents", tgruntime.Message(err), nil)
 	case err != nil:
 		s.storeFailed(err)
 		problem(w, http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", storeDetail, nil)
