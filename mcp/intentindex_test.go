@@ -32,7 +32,12 @@ func propose(tb testing.TB, rt *tgruntime.Runtime, who string, from, n int) {
 // call, or after it, by another front end). And it finds the right one: the
 // caller's own, the newest, whatever else was proposed meanwhile.
 func TestApproval_LookupDoesNotGrowWithIntents(t *testing.T) {
-	rt := openAt(t, filepath.Join(t.TempDir(), "tg.db"))
+	o := testOptions(testRegistry(t))
+	o.MaxPendingIntents = -1 // 1500 pending of one proposer
+	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer rt.Close(context.Background())
 	propose(t, rt, principal, 0, 20)
 	cs := pipeSession(t, rt, &mcp.Options{Principal: principal}, nil)
@@ -87,6 +92,7 @@ func BenchmarkApprovalLookup(b *testing.B) {
 	for _, n := range []int{100, 3000} {
 		b.Run(fmt.Sprint("intents=", n), func(b *testing.B) {
 			o := testOptions(testRegistry(b))
+			o.MaxPendingIntents = -1 // n pending of one proposer
 			rt, err := tgruntime.Open(filepath.Join(b.TempDir(), "tg.db"), o)
 			if err != nil {
 				b.Fatal(err)

@@ -53,7 +53,8 @@ func (f *fixture) fill(tb testing.TB, n, m int) {
 // executions and 2,000 pending intents, as an approver (the handler
 // alone, no network); audit/verify is one verification of that store.
 func BenchmarkPages(b *testing.B) {
-	f := newFixture(b, false, nil, &webui.Options{Logger: slog.New(slog.DiscardHandler)})
+	f := newFixture(b, false, nil, &webui.Options{Logger: slog.New(slog.DiscardHandler)},
+		func(o *tgruntime.Options) { o.MaxPendingIntents = -1 }) // 2,000 pending of one proposer
 	f.fill(b, 100_000, 2_000)
 	cookie := f.session(b, aliceToken)
 	view := func(b *testing.B, method, path string, body url.Values, want int) {
