@@ -420,6 +420,11 @@ type localClient struct {
 // a holder that does not answer in time is not waited for.
 const localProbe = 2 * time.Second
 
+// localRequest bounds every later request: a holder that stopped
+// answering after the probe (stopped, or wedged) is not waited for
+// forever.
+const localRequest = 30 * time.Second
+
 // localClient returns a client of the local socket of the database's
 // holder, or nil when there is none to use: no holder with a socket, a
 // socket served by another user or process, or one that does not answer
@@ -505,6 +510,11 @@ func (c *localClient) do(ctx context.Context, method, path, who string, body, ou
 			return err
 		}
 		rd = bytes.NewReader(b)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, localRequest)
+		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://toolgate"+path, rd)
 	if err != nil {

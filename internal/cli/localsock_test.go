@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -272,6 +273,10 @@ func TestLocalSocket_HolderNotAnswering(t *testing.T) {
 	s := serveChild(t, dir)
 	must(t, s.cmd.Process.Signal(syscall.SIGSTOP))
 	defer s.cmd.Process.Signal(syscall.SIGCONT)
+	// The signal is delivered a moment later: ask only once it is stopped
+	// (a holder stopped between the probe and the request is bounded by
+	// localRequest instead).
+	waitStopped(t, s.cmd.Process.Pid)
 	r := toolgate(t, "", "intent", "list")
 	if r.code != ExitInternal || !strings.Contains(r.stderr, "no answer in time") || !strings.Contains(r.stderr, "is locked by another process") ||
 		!strings.Contains(r.stderr, fmt.Sprintf("pid %d", s.pid)) {
@@ -500,4 +505,21 @@ func TestLocalSocket_SignedByTheHolder(t *testing.T) {
 	if r := toolgate(t, "", "--policy", policy, "audit", "verify"); r.code != 0 {
 		t.Errorf("audit verify under the keyed policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// waitStopped waits until process pid is stopped (state T in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && (f[0] == "T" || f[0] == "t") {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop", pid)
 }
