@@ -383,13 +383,13 @@ func Message(err error) string {
 		}
 	}
 	walk(err)
-	return flatFileErrors(goPrefixes.ReplaceAllString(msg, "$1"))
+	return flatFileErrors(goPrefixes().ReplaceAllString(msg, "$1"))
 }
 
 // fileOpAt matches where a file error's Go form (*fs.PathError's "OP PATH:
 // REASON") may begin in a message: an operation an *fs.PathError names
 // (fileVerb's cases) where a message part begins.
-var fileOpAt = regexp.MustCompile(`(?:^|: |; )(` + fileOps + `) `)
+var fileOpAt = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?:^|: |; )(` + fileOps + `) `) })
 
 const fileOps = `open|openat2?|creat|read|pread|readdirent|readdir|getdents(?:64)?|readlink(?:at)?|seek|write|pwrite|sync|fsync|fdatasync|f?truncate|mkdir(?:at)?|remove|unlink(?:at)?|rmdir|rename(?:at2?)?|link(?:at)?|symlink(?:at)?|f?chmod(?:at)?|[fl]?chown(?:at)?|close|stat|lstat|fstat|statat|fstatat|newfstatat`
 
@@ -415,7 +415,7 @@ func flatFileErrors(msg string) string {
 	}
 	var b strings.Builder
 	last := 0
-	for _, m := range fileOpAt.FindAllStringSubmatchIndex(msg, -1) {
+	for _, m := range fileOpAt().FindAllStringSubmatchIndex(msg, -1) {
 		if m[2] < last {
 			continue
 		}
@@ -459,11 +459,13 @@ const goPackages = `runtime|tools|capability|txn|lifecycle|audit|mcp|server|clie
 
 // goPrefixes matches a package prefix where a message part begins: at the
 // start, or after ": " or "; ".
-var goPrefixes = regexp.MustCompile(`(^|: |; )(?:` + goPackages + `)(?:\.[A-Z][A-Za-z]*)?: `)
+var goPrefixes = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|: |; )(?:` + goPackages + `)(?:\.[A-Z][A-Za-z]*)?: `)
+})
 
 // goPrefix returns the package prefix msg starts with, or "".
 func goPrefix(msg string) string {
-	if loc := goPrefixes.FindStringIndex(msg); loc != nil && loc[0] == 0 {
+	if loc := goPrefixes().FindStringIndex(msg); loc != nil && loc[0] == 0 {
 		return msg[:loc[1]]
 	}
 	return ""
