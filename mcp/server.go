@@ -91,7 +91,6 @@ type Server struct {
 	stateKey []byte // signs the request state of approval questions
 	tracer   trace.Tracer
 	skipped  []string
-	intents  intentIndex // approval's lookup of an identical call's intent
 }
 
 // New builds the MCP server of rt's registry. It fails when a registered
@@ -334,20 +333,14 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 	if err != nil {
 		return s.answer(s.rt.Execute(ctx, inv))
 	}
-	// The newest intent this principal proposed for the identical call (an
-	// index, not a listing of every intent: see intentIndex).
-	id, err := s.intents.lookup(ctx, s.rt, inv.Principal, hash)
-	if err != nil {
+	// The newest intent this principal proposed for the identical call.
+	in, err := s.rt.IntentFor(ctx, inv.Principal, hash)
+	var ie *tgruntime.IntentError
+	switch {
+	case errors.As(err, &ie) && ie.Code == "intent_not_found":
+	case err != nil:
 		return s.answer(nil, err)
-	}
-	if id != "" {
-		in, err := s.rt.Intent(ctx, id)
-		if err != nil {
-			return s.answer(nil, err)
-		}
-		if in.Hash != hash || in.Proposer != inv.Principal {
-			in.Status = "" // the index read a log that disagrees with the intent: never run another call
-		}
+	default:
 		switch in.Status {
 		case "approved", "executed":
 			inv.IntentID, inv.IntentHash = in.ID, in.Hash
@@ -357,7 +350,7 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 			return s.elicit(ctx, req, inv, in)
 		} // rejected: a new intent
 	}
-	in, err := s.rt.Propose(ctx, inv)
+	in, err = s.rt.Propose(ctx, inv)
 	if err != nil {
 		return s.answer(nil, err)
 	}

@@ -30,6 +30,7 @@ const (
 	nsExecuted   = reservedPrefix + "intent.executed"  // id -> IntentExecution, written with the claim
 	nsIntentLogs = reservedPrefix + "intent.refusals"  // id/seq -> IntentEvent, a refused execution
 	nsPending    = reservedPrefix + "intent.pending"   // "p:"+proposer -> its pending intents, decimal (MaxPendingIntents)
+	nsByCall     = reservedPrefix + "intent.bycall"    // hash+"/"+proposer -> the newest intent id (IntentFor)
 )
 
 // The statuses of an intent.
@@ -205,6 +206,9 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 		} else if err := v.Put(nsPending, pendingKey(rec.Proposer), strconv.AppendInt(nil, int64(n+1), 10)); err != nil {
 			return err
 		}
+		if err := v.Put(nsByCall, byCallKey(rec.Hash, rec.Proposer), []byte(rec.ID)); err != nil {
+			return err
+		}
 		return v.Put(nsIntents, rec.ID, b)
 	}, ev)
 	var ie *IntentError
@@ -222,6 +226,65 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 }
 
 func pendingKey(proposer string) string { return "p:" + proposer }
+
+// byCallKey is the index key of the calls proposer proposed with hash (a
+// hash is 64 hex digits: the first "/" after it ends it).
+func byCallKey(hash, proposer string) string { return hash + "/" + proposer }
+
+// IntentFor returns the newest intent proposer proposed for the call whose
+// intent hash is hash (see IntentHash), from an index written with each
+// proposal: what a front end needs to find the intent of a call made again
+// (MCP's identical call) without reading every intent. An
+// *IntentError with code intent_not_found when there is none.
+func (r *Runtime) IntentFor(ctx context.Context, proposer, hash string) (*Intent, error) {
+	id, ok, err := r.store.StateValue(ctx, nsByCall, byCallKey(hash, proposer))
+	switch {
+	case err != nil:
+		return nil, &StateError{Op: "read", Err: err}
+	case !ok:
+		return nil, &IntentError{Code: "intent_not_found", Reason: "no intent of " + proposer + " for that call"}
+	}
+	in, err := r.Intent(ctx, string(id))
+	if err != nil {
+		return nil, err
+	}
+	if in.Hash != hash || in.Proposer != proposer {
+		// The index disagrees with the intent it names: it was changed
+		// outside toolgate. Never hand out another call's intent.
+		return nil, &IntentError{Code: "intent_corrupt", IntentID: in.ID, Reason: "the index of calls names an intent of another call"}
+	}
+	return in, nil
+}
+
+// indexIntents writes the index of calls (IntentFor) for the intents of a
+// database written before it existed, once, with a marker.
+func (r *Runtime) indexIntents(ctx context.Context) error {
+	if _, ok, err := r.store.StateValue(ctx, nsMeta, intentsIndexed); err != nil || ok {
+		return err
+	}
+	all, err := ReadIntents(ctx, r.store, IntentFilter{})
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(all, func(a, b *Intent) int { return a.ProposedAt.Compare(b.ProposedAt) }) // the newest last, so it stays
+	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
+		if _, ok := v.Get(nsMeta, intentsIndexed); ok {
+			return nil // another node did it meanwhile
+		}
+		written := map[string]bool{}
+		for _, in := range all {
+			key := byCallKey(in.Hash, in.Proposer)
+			if _, ok := v.Get(nsByCall, key); ok && !written[key] {
+				continue // proposed again since, by this version (another node): that one is the newest
+			}
+			if err := v.Put(nsByCall, key, []byte(in.ID)); err != nil {
+				return err
+			}
+			written[key] = true
+		}
+		return v.Put(nsMeta, intentsIndexed, []byte("1"))
+	})
+}
 
 // pendingOf is how many intents proposer has pending, as counted since
 // this version (a missing or damaged count is none).

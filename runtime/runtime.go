@@ -170,6 +170,11 @@ func Open(path string, opts *Options) (*Runtime, error) {
 		store.Close()
 		return nil, fmt.Errorf("runtime: bringing the intents of an earlier version under the audit log: %w", err)
 	}
+	if err := r.indexIntents(context.Background()); err != nil {
+		abort()
+		store.Close()
+		return nil, fmt.Errorf("runtime: indexing the intents of an earlier version: %w", err)
+	}
 	return r, nil
 }
 

@@ -875,6 +875,7 @@ func verifyIdempotency(ctx context.Context, store *txn.Store, rep *RecordsReport
 const (
 	nsMeta         = reservedPrefix + "meta"
 	intentsAudited = "intents.audited"
+	intentsIndexed = "intents.indexed" // the index of calls (IntentFor) covers every intent
 )
 
 // auditLegacyIntents brings the intents of a database written by a version

@@ -28,8 +28,8 @@ func propose(tb testing.TB, rt *tgruntime.Runtime, who string, from, n int) {
 
 // A call of a tool that requires approval finds the intent of the
 // identical call without reading every intent: what it allocates does not
-// grow with the intents stored (proposed before the server's first such
-// call, or after it, by another front end). And it finds the right one: the
+// grow with the intents stored (runtime.IntentFor's index, written with
+// each proposal, whichever front end made it). And it finds the right one: the
 // caller's own, the newest, whatever else was proposed meanwhile.
 func TestApproval_LookupDoesNotGrowWithIntents(t *testing.T) {
 	o := testOptions(testRegistry(t))
