@@ -355,3 +355,23 @@ func noopTools(t *testing.T, ds ...tools.Declaration) *tgruntime.Runtime {
 	t.Cleanup(func() { rt.Close(context.Background()) })
 	return rt
 }
+
+// A call that becomes an intent keeps the MCP request that proposed it:
+// the intent's call id (and its proposal's audit event) is mcp:SESSION:ID.
+func TestStdio_IntentKeepsTheRequest(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "tg.db")
+	r := startRaw(t, db)
+	r.send(`{"jsonrpc":"2.0","id":"prop-1","method":"tools/call","params":{"name":"test.approve","arguments":{"msg":"hi"}}}`)
+	if m := r.next(); m["result"] == nil {
+		t.Fatalf("an approval-required call: %v", m)
+	}
+	r.stop()
+	rt := open(t, db)
+	all, err := rt.Intents(context.Background(), tgruntime.IntentFilter{})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("intents: %v, %v", all, err)
+	}
+	if got := all[0].CallID; !strings.HasPrefix(got, "mcp:") || !strings.HasSuffix(got, ":prop-1") {
+		t.Errorf("the intent's call id is %q, want mcp:SESSION:prop-1", got)
+	}
+}

@@ -366,7 +366,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 		// Nothing was written and nothing ran.
 		var ie *IntentError
 		if errors.As(err, &ie) {
-			r.recordRefusal(ctx, c.intent, c.inv.Principal, ie.Code)
+			r.recordRefusal(ctx, c.intent, c.inv.Principal, c.inv.CallID, ie.Code)
 			return c.end(ctx, m, rec, lifecycle.EventAbort, ie)
 		}
 		return c.end(ctx, m, rec, lifecycle.EventAbort, &StateError{Op: "begin", Err: err})

@@ -43,16 +43,19 @@ const (
 
 // Intent is a proposed invocation and what happened to it.
 type Intent struct {
-	ID         string           `json:"id"`
-	Hash       string           `json:"hash"` // hex SHA-256 of the canonical {"input", "tool", "version"}
-	Tool       string           `json:"tool"`
-	Version    string           `json:"version"`
-	Input      json.RawMessage  `json:"input"`
-	Proposer   string           `json:"proposer"`
-	ProposedAt time.Time        `json:"proposedAt"`
-	Status     string           `json:"status"` // pending, approved, rejected or executed
-	Decision   *IntentDecision  `json:"decision,omitempty"`
-	Execution  *IntentExecution `json:"execution,omitempty"`
+	ID         string          `json:"id"`
+	Hash       string          `json:"hash"` // hex SHA-256 of the canonical {"input", "tool", "version"}
+	Tool       string          `json:"tool"`
+	Version    string          `json:"version"`
+	Input      json.RawMessage `json:"input"`
+	Proposer   string          `json:"proposer"`
+	ProposedAt time.Time       `json:"proposedAt"`
+	// CallID is the call id of the request that proposed it, when it gave
+	// one: over MCP, mcp:SESSION:ID names the MCP request.
+	CallID    string           `json:"callId,omitempty"`
+	Status    string           `json:"status"` // pending, approved, rejected or executed
+	Decision  *IntentDecision  `json:"decision,omitempty"`
+	Execution *IntentExecution `json:"execution,omitempty"`
 	// Refusals are the execution requests refused after the intent existed
 	// (pending, rejected, hash mismatch, already executed, ...), oldest
 	// first.
@@ -108,7 +111,8 @@ type IntentExecution struct {
 type IntentRefusal struct {
 	At        time.Time `json:"at"`
 	Principal string    `json:"principal"`
-	Code      string    `json:"code"` // the IntentError code
+	Code      string    `json:"code"`             // the IntentError code
+	CallID    string    `json:"callId,omitempty"` // the refused request's call id, when it gave one
 }
 
 // intentRecord is the stored proposal.
@@ -120,6 +124,7 @@ type intentRecord struct {
 	Input      json.RawMessage `json:"input"`
 	Proposer   string          `json:"proposer"`
 	ProposedAt time.Time       `json:"proposedAt"`
+	CallID     string          `json:"callId,omitempty"`
 }
 
 // ErrIntent is matched (errors.Is) by every *IntentError.
@@ -187,15 +192,21 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 	if err != nil {
 		return nil, &ValidationError{Phase: "input", Err: err}
 	}
+	if inv.CallID != "" {
+		if err := CheckIdentity(principalOf(inv), inv.CallID); err != nil {
+			return nil, err
+		}
+	}
 	rec := intentRecord{
 		ID: uuid.New(), Hash: hash, Tool: decl.ID, Version: decl.Version,
 		Input: append(json.RawMessage(nil), inv.Input...), Proposer: principalOf(inv), ProposedAt: r.opts.Now().UTC(),
+		CallID: inv.CallID,
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
-	ev := r.intentEvent(rec.ID, rec.Hash, rec.Tool, rec.Version, rec.Input, rec.Proposer, rec.ProposedAt,
+	ev := r.intentEvent(rec.ID, rec.Hash, rec.Tool, rec.Version, rec.Input, rec.Proposer, rec.CallID, rec.ProposedAt,
 		&audit.IntentAction{Action: audit.IntentProposed})
 	err = r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		if _, ok := v.Get(nsIntents, rec.ID); ok {
@@ -365,7 +376,7 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if d.Approved {
 		action.Action = audit.IntentApproved
 	}
-	e := r.intentAuditEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, action)
+	e := r.intentAuditEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, "", d.At, action)
 	if k := r.opts.ApprovalKey; k != nil {
 		if err := k.SignDecision(&e); err != nil {
 			return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: Message(err)}
@@ -503,7 +514,7 @@ func (recs *intentRecords) intent(b []byte) (*Intent, error) {
 		return nil, &StateError{Op: "read", Err: fmt.Errorf("intent record is corrupt: %w", err)}
 	}
 	in := &Intent{ID: rec.ID, Hash: rec.Hash, Tool: rec.Tool, Version: rec.Version, Input: rec.Input,
-		Proposer: rec.Proposer, ProposedAt: rec.ProposedAt, Status: IntentPending, Refusals: recs.refusals[rec.ID]}
+		Proposer: rec.Proposer, ProposedAt: rec.ProposedAt, CallID: rec.CallID, Status: IntentPending, Refusals: recs.refusals[rec.ID]}
 	if d, ok := recs.decisions[rec.ID]; ok {
 		in.Decision = new(IntentDecision)
 		if err := json.Unmarshal(d, in.Decision); err != nil {
@@ -573,7 +584,7 @@ func ReadIntents(ctx context.Context, store *txn.Store, f IntentFilter) ([]*Inte
 func (r *Runtime) intentFor(ctx context.Context, inv *Invocation) (*Intent, *tools.Entry, error) {
 	refuse := func(in *Intent, e *IntentError) (*Intent, *tools.Entry, error) {
 		if in != nil {
-			r.recordRefusal(ctx, in, principalOf(*inv), e.Code)
+			r.recordRefusal(ctx, in, principalOf(*inv), inv.CallID, e.Code)
 		}
 		return in, nil, e
 	}
@@ -636,11 +647,11 @@ func (r *Runtime) executedError(ctx context.Context, id string, x *IntentExecuti
 // recordRefusal adds a refused execution request to the intent's history,
 // with its audit event in the same update. It is best effort: the refusal
 // itself does not depend on it.
-func (r *Runtime) recordRefusal(ctx context.Context, in *Intent, principal, code string) {
+func (r *Runtime) recordRefusal(ctx context.Context, in *Intent, principal, callID, code string) {
 	now := r.opts.Now().UTC()
-	b, _ := json.Marshal(IntentRefusal{At: now, Principal: principal, Code: code})
+	b, _ := json.Marshal(IntentRefusal{At: now, Principal: principal, Code: code, CallID: callID})
 	key := fmt.Sprintf("%s/%020d-%s", in.ID, now.UnixNano(), uuid.New()[:8])
-	ev := r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, principal, now,
+	ev := r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, principal, callID, now,
 		&audit.IntentAction{Action: audit.IntentRefused, Code: code})
 	r.store.UpdateState(context.WithoutCancel(ctx), func(v *txn.StateView) error {
 		return v.Put(nsIntentLogs, key, b)
@@ -648,18 +659,19 @@ func (r *Runtime) recordRefusal(ctx context.Context, in *Intent, principal, code
 }
 
 // intentEvent is the audit event of one step of an intent's history.
-func (r *Runtime) intentEvent(id, hash, tool, version string, input json.RawMessage, who string, at time.Time, action *audit.IntentAction) txn.AuditEvent {
-	e := r.intentAuditEvent(id, hash, tool, version, input, who, at, action)
+func (r *Runtime) intentEvent(id, hash, tool, version string, input json.RawMessage, who, callID string, at time.Time, action *audit.IntentAction) txn.AuditEvent {
+	e := r.intentAuditEvent(id, hash, tool, version, input, who, callID, at, action)
 	return txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
 }
 
-func (r *Runtime) intentAuditEvent(id, hash, tool, version string, input json.RawMessage, who string, at time.Time, action *audit.IntentAction) audit.Event {
+func (r *Runtime) intentAuditEvent(id, hash, tool, version string, input json.RawMessage, who, callID string, at time.Time, action *audit.IntentAction) audit.Event {
 	action.ID, action.Hash = id, hash
 	return audit.Event{
 		EventID:     r.ids.Ordered(),
 		Timestamp:   at.UnixMilli(),
 		ToolID:      tool,
 		ToolVersion: version,
+		CallID:      callID,
 		State:       strings.ToUpper(action.Action),
 		UserID:      who,
 		InputHash:   hashJSON(input),

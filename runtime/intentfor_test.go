@@ -66,3 +66,44 @@ func TestIntentFor(t *testing.T) {
 		t.Fatalf("an index naming another call's intent: %v", err)
 	}
 }
+
+// The request that proposed an intent, and each refused request, keep
+// their call ids (over MCP: the MCP request), in the intent and in their
+// audit events; a call id changed in the store is a discrepancy.
+func TestIntent_CallIDsKept(t *testing.T) {
+	ctx := context.Background()
+	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	rt := db.open(keyedPolicy(t, nil), nil)
+	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent", CallID: "mcp:s1:7"})
+	if err != nil || in.CallID != "mcp:s1:7" {
+		t.Fatalf("propose: %+v, %v", in, err)
+	}
+	if _, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent", CallID: "bad id\n"}); err == nil {
+		t.Fatal("a malformed call id was stored")
+	}
+	_, err = rt.Execute(ctx, tgruntime.Invocation{IntentID: in.ID, IntentHash: in.Hash, Principal: "tester", CallID: "mcp:s1:8"})
+	if intentCode(err) != "intent_pending" {
+		t.Fatalf("a pending intent: %v", err)
+	}
+	got, _ := rt.Intent(ctx, in.ID)
+	if len(got.Refusals) != 1 || got.Refusals[0].CallID != "mcp:s1:8" {
+		t.Fatalf("the refusal: %+v", got.Refusals)
+	}
+	rt.Close(ctx)
+	if ds := db.verify(nil); len(ds) != 0 {
+		t.Fatalf("audit verify: %v", ds)
+	}
+	tamper(t, db.path, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("state")).Bucket([]byte("toolgate.intents"))
+		var rec map[string]any
+		if err := json.Unmarshal(b.Get([]byte(in.ID)), &rec); err != nil {
+			return err
+		}
+		rec["callId"] = "mcp:s1:99"
+		v, _ := json.Marshal(rec)
+		return b.Put([]byte(in.ID), v)
+	})
+	if ds := db.verify(nil); !hasDiscrepancy(ds, "intent", in.ID, "callId") {
+		t.Errorf("a call id changed in the store: %v", ds)
+	}
+}

@@ -355,6 +355,8 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 			bad("input", "the stored input hashes to %s, the proposal's to %s", short(inputHash), short(proposal.InputHash))
 		case proposal.UserID != in.Proposer:
 			bad("proposer", "the intent names %q, its proposal %q", in.Proposer, proposal.UserID)
+		case proposal.CallID != in.CallID:
+			bad("callId", "the intent says call %q proposed it, its proposal %q", in.CallID, proposal.CallID)
 		case proposal.Timestamp != in.ProposedAt.UnixMilli():
 			bad("proposedAt", "the intent says it was proposed at %s, its proposal %s",
 				in.ProposedAt.UTC().Format(time.RFC3339Nano), time.UnixMilli(proposal.Timestamp).UTC().Format(time.RFC3339Nano))
@@ -432,14 +434,14 @@ func compareIntent(in *Intent, ie *intentEvents) []Discrepancy {
 		// times: compare both sorted by time, who and why.
 		refusals := slices.Clone(in.Refusals)
 		slices.SortStableFunc(refusals, func(a, b IntentRefusal) int {
-			return cmp.Or(cmp.Compare(a.At.UnixMilli(), b.At.UnixMilli()), strings.Compare(a.Principal, b.Principal), strings.Compare(a.Code, b.Code))
+			return cmp.Or(cmp.Compare(a.At.UnixMilli(), b.At.UnixMilli()), strings.Compare(a.Principal, b.Principal), strings.Compare(a.Code, b.Code), strings.Compare(a.CallID, b.CallID))
 		})
 		slices.SortStableFunc(refused, func(a, b audit.Event) int {
-			return cmp.Or(cmp.Compare(a.Timestamp, b.Timestamp), strings.Compare(a.UserID, b.UserID), strings.Compare(a.Intent.Code, b.Intent.Code))
+			return cmp.Or(cmp.Compare(a.Timestamp, b.Timestamp), strings.Compare(a.UserID, b.UserID), strings.Compare(a.Intent.Code, b.Intent.Code), strings.Compare(a.CallID, b.CallID))
 		})
 		for i, r := range refusals {
 			e := refused[i]
-			if r.Principal != e.UserID || r.Code != e.Intent.Code || r.At.UnixMilli() != e.Timestamp {
+			if r.Principal != e.UserID || r.Code != e.Intent.Code || r.At.UnixMilli() != e.Timestamp || r.CallID != e.CallID {
 				bad("refusals", "refused request %d (%s by %q) differs from the audit log's (%s by %q)", i+1, r.Code, r.Principal, e.Intent.Code, e.UserID)
 				break
 			}
@@ -908,17 +910,17 @@ func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
 			return err
 		}
 		for _, in := range all {
-			events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, in.Proposer, in.ProposedAt,
+			events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, in.Proposer, in.CallID, in.ProposedAt,
 				&audit.IntentAction{Action: audit.IntentProposed, Code: "imported"}))
 			if d := in.Decision; d != nil {
 				a := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Via: d.Via, Code: "imported"}
 				if d.Approved {
 					a.Action = audit.IntentApproved
 				}
-				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, d.At, a))
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, d.By, "", d.At, a))
 			}
 			for _, ref := range in.Refusals {
-				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, ref.Principal, ref.At,
+				events = append(events, r.intentEvent(in.ID, in.Hash, in.Tool, in.Version, in.Input, ref.Principal, ref.CallID, ref.At,
 					&audit.IntentAction{Action: audit.IntentRefused, Code: ref.Code}))
 			}
 			if x := in.Execution; x != nil {
