@@ -312,7 +312,9 @@ func TestLocalSocket_LeavesOthersAlone(t *testing.T) {
 		before, err := os.Lstat(db + ".sock")
 		must(t, err)
 		m := startMCPChild(t, dir)
-		if !strings.Contains(m.stderr.String(), tc.want) {
+		// Said before it serves; the test reads the child's stderr
+		// through a copying goroutine, which may lag.
+		if !waitFor(10*time.Second, func() bool { return strings.Contains(m.stderr.String(), tc.want) }) {
 			t.Errorf("%s: the holder did not say why it serves no socket:\n%s", tc.name, m.stderr.String())
 		}
 		if h := txn.ReadHolder(db); h == nil || h.Socket != "" {
@@ -522,4 +524,16 @@ func waitStopped(t *testing.T, pid int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("process %d did not stop", pid)
+}
+
+// waitFor polls ok until it holds or d has passed, and says which.
+func waitFor(d time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
