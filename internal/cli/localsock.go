@@ -417,8 +417,9 @@ type localClient struct {
 }
 
 // localProbe bounds connecting to the local socket and its first answer:
-// a holder that does not answer in time is not waited for.
-const localProbe = 2 * time.Second
+// a holder that does not answer in time is not waited for. Generous: a
+// holder busy on a loaded machine must not be taken for a stopped one.
+const localProbe = 5 * time.Second
 
 // localRequest bounds every later request: a holder that stopped
 // answering after the probe (stopped, or wedged) is not waited for
