@@ -304,31 +304,17 @@ func unquote(raw json.RawMessage) (string, error) {
 // prefixID reads the id of a message from its first bytes (the rest did
 // not fit): the top-level "id" member, when it comes whole before the cut.
 func prefixID(b []byte) json.RawMessage {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil
-	}
-	for i = skipSpace(b, i+1); i < len(b) && b[i] == '"'; {
-		k := i
-		if i = skipString(b, i); i < 0 {
-			return nil
-		}
-		key := b[k:i]
-		if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
-			return nil
-		}
-		v := skipSpace(b, i+1)
-		end := skipValue(b, v)
-		if end < 0 || end >= len(b) { // cut inside the value
-			return nil
+	b = bytes.TrimLeft(b, " \t\r\n")
+	var id json.RawMessage
+	members(b, func(key []byte, v, end int) bool {
+		if end >= len(b) { // cut inside the value
+			return false
 		}
 		if string(key) == `"id"` {
-			return json.RawMessage(b[v:end])
+			id = json.RawMessage(b[v:end])
+			return false
 		}
-		if i = skipSpace(b, end); i >= len(b) || b[i] != ',' {
-			return nil
-		}
-		i = skipSpace(b, i+1)
-	}
-	return nil
+		return true
+	})
+	return id
 }

@@ -89,32 +89,22 @@ func decodeWireFast(data []byte) *wireMsg {
 		return nil
 	}
 	m := &wireMsg{}
-	for i := skipSpace(data, 1); i < len(data) && data[i] != '}'; {
-		k := i
-		if i = skipString(data, i); i < 0 {
-			return nil
-		}
-		key := data[k:i]
-		i = skipSpace(data, i)
-		v := skipSpace(data, i+1)
-		if i = skipValue(data, v); i < 0 {
-			return nil
-		}
-		val := json.RawMessage(data[v:i])
+	ok := members(data, func(key []byte, v, end int) bool {
+		val := json.RawMessage(data[v:end])
 		switch string(key) {
 		case `"jsonrpc"`:
 			if string(val) != `"2.0"` {
-				return nil
+				return false
 			}
 			m.VersionTag = "2.0"
 		case `"id"`:
 			if c := val[0]; c != '"' && c != '-' && (c < '0' || c > '9') && string(val) != "null" {
-				return nil
+				return false
 			}
 			m.ID = val
 		case `"method"`:
 			if val[0] != '"' {
-				return nil
+				return false
 			}
 			m.Method = val
 		case `"params"`:
@@ -122,11 +112,12 @@ func decodeWireFast(data []byte) *wireMsg {
 		case `"result"`:
 			m.Result = val
 		default:
-			return nil
+			return false
 		}
-		if i = skipSpace(data, i); i < len(data) && data[i] == ',' {
-			i = skipSpace(data, i+1)
-		}
+		return true
+	})
+	if !ok {
+		return nil
 	}
 	if m.VersionTag == "" || (len(m.Method) == 0 && (len(m.ID) == 0 || string(m.ID) == "null")) {
 		return nil

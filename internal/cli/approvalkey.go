@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,20 +35,7 @@ it: the keys are what a forger lacks.`
 // $TOOLGATE_APPROVAL_KEY, then the default file; explicit is true for the
 // first two (the file must then exist).
 func (g *globals) approvalKeyPath() (path string, explicit bool, err error) {
-	if g.approvalKey != "" {
-		return g.approvalKey, true, nil
-	}
-	if p := os.Getenv("TOOLGATE_APPROVAL_KEY"); p != "" {
-		return p, true, nil
-	}
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "toolgate", "approval.key"), false, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", false, err
-	}
-	return filepath.Join(home, ".config", "toolgate", "approval.key"), false, nil
+	return keyPath(g.approvalKey, "TOOLGATE_APPROVAL_KEY", "approval.key")
 }
 
 // loadApprovalKey reads the key that signs this command's decisions on

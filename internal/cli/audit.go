@@ -352,20 +352,31 @@ checkpoint (exit 7).
 // auditKeyPath resolves the signing key's path: --key, $TOOLGATE_AUDIT_KEY,
 // $XDG_CONFIG_HOME/toolgate/audit.key, ~/.config/toolgate/audit.key.
 func auditKeyPath(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	if p := os.Getenv("TOOLGATE_AUDIT_KEY"); p != "" {
-		return p, nil
-	}
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "toolgate", "audit.key"), nil
-	}
-	home, err := os.UserHomeDir()
+	path, _, err := keyPath(flag, "TOOLGATE_AUDIT_KEY", "audit.key")
 	if err != nil {
 		return "", fmt.Errorf("no audit key path: set --key or TOOLGATE_AUDIT_KEY (%v)", err)
 	}
-	return filepath.Join(home, ".config", "toolgate", "audit.key"), nil
+	return path, nil
+}
+
+// keyPath resolves a key file's path: flag, else $env, else file in
+// $XDG_CONFIG_HOME/toolgate, else in ~/.config/toolgate. explicit is true
+// for the first two (the file must then exist).
+func keyPath(flag, env, file string) (path string, explicit bool, err error) {
+	if flag != "" {
+		return flag, true, nil
+	}
+	if p := os.Getenv(env); p != "" {
+		return p, true, nil
+	}
+	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "toolgate", file), false, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", false, err
+	}
+	return filepath.Join(home, ".config", "toolgate", file), false, nil
 }
 
 // loadOrCreateSigningKey reads the signing key at path, creating it (and

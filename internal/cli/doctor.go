@@ -202,18 +202,21 @@ func (g *globals) checkApprovalKey() check {
 		c.Status, c.Detail = checkFailed, tgruntime.Message(err)+": approving here fails until it is fixed"
 		return c
 	}
-	p, _ := g.policy()
+	var keys map[string][]string
+	if p, _ := g.policy(); p != nil {
+		keys = p.ApprovalKeys()
+	}
 	var listed []string
-	if p != nil && key != nil {
+	if key != nil {
 		pub := key.Verifier().String()
-		for approver, ks := range p.ApprovalKeys() {
+		for approver, ks := range keys {
 			if slices.Contains(ks, pub) {
 				listed = append(listed, approver)
 			}
 		}
 		slices.Sort(listed)
 	}
-	required := p != nil && len(p.ApprovalKeys()) > 0
+	required := len(keys) > 0
 	switch {
 	case key == nil && required:
 		c.Status, c.Detail = checkFailed, "none (--approval-key, $TOOLGATE_APPROVAL_KEY, 'toolgate intent keygen'), and the policy requires signed approvals: approving here is refused"
