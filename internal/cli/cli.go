@@ -23,8 +23,8 @@ import (
 )
 
 // Exit codes. exitCodes is the one table of what they mean: the --help
-// text is written from it, and the README's table must say the same
-// (TestExitCodes_README).
+// text is written from it, and docs/cli.md's table must say the same
+// (TestExitCodes_Docs).
 const (
 	ExitCompleted = 0 // COMPLETED
 	ExitInternal  = 1 // not done: a process tool's command failed, the database failed, an internal error

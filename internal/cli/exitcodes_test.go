@@ -152,16 +152,16 @@ func storeFailureChild(t *testing.T) {
 	fmt.Printf("CHILD-STDERR %s\nCHILD-EXIT %d\n", errb.String(), code)
 }
 
-// One exit-code table: the README's says what exitCodes says, row for row,
+// One exit-code table: docs/cli.md's says what exitCodes says, row for row,
 // and --help shows every row.
-func TestExitCodes_README(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+func TestExitCodes_Docs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, ok := strings.Cut(string(b), "\n| code | meaning |\n| --- | --- |\n")
 	if !ok {
-		t.Fatal("README.md has no exit-code table (| code | meaning |)")
+		t.Fatal("docs/cli.md has no exit-code table (| code | meaning |)")
 	}
 	var rows []string
 	for line := range strings.Lines(table) {
@@ -175,7 +175,7 @@ func TestExitCodes_README(t *testing.T) {
 		want = append(want, fmt.Sprintf("| %d | %s |", e.code, e.meaning))
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
-		t.Errorf("README.md's exit-code table:\n%s\nwant (internal/cli exitCodes):\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+		t.Errorf("docs/cli.md's exit-code table:\n%s\nwant (internal/cli exitCodes):\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
 	}
 	help := toolgate(t, "", "--help")
 	for _, e := range exitCodes {

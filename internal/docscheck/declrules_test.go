@@ -14,13 +14,13 @@ import (
 	"github.com/toolgate/toolgate/tools"
 )
 
-// The README's "Embed it" section states the declaration rules in one
+// docs/embedding.md states the declaration rules in one
 // table, so an embedder does not discover them one error per run. Each row
 // of that table is a rule Register enforces: for every row there are
 // declarations breaking it, each refused with an error naming the field,
 // and every rule the cases below exercise has its row. A rule dropped from
 // the code, or a row written for a rule the code does not have, fails here.
-func TestREADME_DeclarationRules(t *testing.T) {
+func TestDocs_DeclarationRules(t *testing.T) {
 	rows := declarationRuleRows(t)
 
 	base := func() tools.Declaration {
@@ -101,7 +101,7 @@ func TestREADME_DeclarationRules(t *testing.T) {
 	for _, c := range cases {
 		covered[c.row] = true
 		if !rows[c.row] {
-			t.Errorf("%s: the README's declaration rules have no row %s", c.name, c.row)
+			t.Errorf("%s: docs/embedding.md's declaration rules have no row %s", c.name, c.row)
 		}
 		err := tools.NewRegistry().Register(c.tool())
 		if !errors.Is(err, tools.ErrInvalidDeclaration) {
@@ -128,7 +128,7 @@ func TestREADME_DeclarationRules(t *testing.T) {
 
 	for row := range rows {
 		if !covered[row] {
-			t.Errorf("the README's declaration rules have a row %s that no case here breaks: add one", row)
+			t.Errorf("docs/embedding.md's declaration rules have a row %s that no case here breaks: add one", row)
 		}
 	}
 }
@@ -141,21 +141,21 @@ func withDecl(base func() tools.Declaration, fn tools.RawFunc, edit func(*tools.
 	}
 }
 
-// declarationRuleRows returns the first cells of the README's declaration
+// declarationRuleRows returns the first cells of docs/embedding.md's declaration
 // rules table.
 func declarationRuleRows(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/embedding.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, after, ok := strings.Cut(string(b), "`Register` checks a declaration")
 	if !ok {
-		t.Fatal("the README states no declaration rules (\"`Register` checks a declaration ...\" in \"Embed it\")")
+		t.Fatal("docs/embedding.md states no declaration rules (\"`Register` checks a declaration ...\")")
 	}
 	_, table, ok := strings.Cut(after, "| field | rule |\n|---|---|\n")
 	if !ok {
-		t.Fatal("the README's declaration rules have no | field | rule | table")
+		t.Fatal("docs/embedding.md's declaration rules have no | field | rule | table")
 	}
 	rows := map[string]bool{}
 	rowRE := regexp.MustCompile(`^\| (.+?) \| .+ \|$`)
@@ -167,7 +167,7 @@ func declarationRuleRows(t *testing.T) map[string]bool {
 		rows[m[1]] = true
 	}
 	if len(rows) == 0 {
-		t.Fatal("the README's declaration rules table is empty")
+		t.Fatal("docs/embedding.md's declaration rules table is empty")
 	}
 	return rows
 }
