@@ -2,18 +2,15 @@ package oauth_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,95 +18,12 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/toolgate/toolgate/oauth"
+	"github.com/toolgate/toolgate/oauth/oauthtest"
 )
 
-// Issuer is a local test authorization server: RSA keys published as a
-// JWKS on a real HTTP server on loopback, and tokens signed with them.
-type Issuer struct {
-	t    *testing.T
-	srv  *httptest.Server
-	mu   sync.Mutex
-	keys map[string]*rsa.PrivateKey // kid -> key, published
-	hits int
-}
+type Issuer = oauthtest.Issuer
 
-func NewIssuer(t *testing.T) *Issuer {
-	t.Helper()
-	is := &Issuer{t: t, keys: map[string]*rsa.PrivateKey{}}
-	is.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/.well-known/jwks.json" {
-			http.NotFound(w, r)
-			return
-		}
-		is.mu.Lock()
-		defer is.mu.Unlock()
-		is.hits++
-		var keys []map[string]string
-		for kid, k := range is.keys {
-			keys = append(keys, map[string]string{
-				"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
-				"n": base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
-				"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes()),
-			})
-		}
-		json.NewEncoder(w).Encode(map[string]any{"keys": keys})
-	}))
-	t.Cleanup(is.srv.Close)
-	is.AddKey("k1")
-	return is
-}
-
-func (is *Issuer) URL() string { return is.srv.URL }
-
-func (is *Issuer) AddKey(kid string) *rsa.PrivateKey {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	is.mu.Lock()
-	is.keys[kid] = k
-	is.mu.Unlock()
-	return k
-}
-
-func (is *Issuer) key(kid string) *rsa.PrivateKey {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	return is.keys[kid]
-}
-
-// Token signs claims (over the defaults) with the issuer's key kid.
-func (is *Issuer) Token(kid string, claims jwt.MapClaims) string {
-	is.t.Helper()
-	c := jwt.MapClaims{
-		"iss": is.URL(), "sub": "agent-7", "aud": resource, "client_id": "ci",
-		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(), "scope": "tools.call other",
-	}
-	for k, v := range claims {
-		if v == nil {
-			delete(c, k)
-		} else {
-			c[k] = v
-		}
-	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, c)
-	tok.Header["kid"] = kid
-	k := is.key(kid)
-	if k == nil {
-		k = is.AddUnpublished()
-	}
-	s, err := tok.SignedString(k)
-	if err != nil {
-		is.t.Fatal(err)
-	}
-	return s
-}
-
-// AddUnpublished is a key the JWKS does not list.
-func (is *Issuer) AddUnpublished() *rsa.PrivateKey {
-	k, _ := rsa.GenerateKey(rand.Reader, 2048)
-	return k
-}
+func NewIssuer(t *testing.T) *Issuer { return oauthtest.New(t, resource) }
 
 const resource = "https://tools.example.com/mcp"
 
@@ -131,7 +45,7 @@ func verifier(t *testing.T, is *Issuer, mod func(*oauth.Config)) *oauth.Verifier
 func TestVerify_Accepts(t *testing.T) {
 	is := NewIssuer(t)
 	v := verifier(t, is, nil)
-	tok := is.Token("k1", nil)
+	tok := is.Token("k1", jwt.MapClaims{"scope": "tools.call other"})
 	id, err := v.Verify(context.Background(), tok)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +69,7 @@ func TestVerify_Refusals(t *testing.T) {
 	is := NewIssuer(t)
 	v := verifier(t, is, nil)
 	now := time.Now()
-	rsaPub := is.key("k1").Public().(*rsa.PublicKey)
+	rsaPub := is.Key("k1").Public().(*rsa.PublicKey)
 	der, _ := x509.MarshalPKIXPublicKey(rsaPub)
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 
@@ -172,7 +86,7 @@ func TestVerify_Refusals(t *testing.T) {
 	down := NewIssuer(t)
 	downURL := down.URL()
 	downTok := down.Token("k1", nil)
-	down.srv.Close()
+	down.Close()
 	vDown := verifier(t, down, nil)
 
 	cases := []struct {
@@ -195,7 +109,7 @@ func TestVerify_Refusals(t *testing.T) {
 		{"unknown key id", v, is.Token("k9", nil), oauth.ErrInvalidToken, 401, `error="invalid_token"`, "no key"},
 		{"alg none", v, noneTok, oauth.ErrInvalidToken, 401, `error="invalid_token"`, "algorithm"},
 		{"HS256 with the RSA public key", v, hsTok, oauth.ErrInvalidToken, 401, `error="invalid_token"`, "algorithm"},
-		{"tampered", v, tamper(is.Token("k1", nil)), oauth.ErrInvalidToken, 401, `error="invalid_token"`, "signature"},
+		{"tampered", v, tamper(is.Token("k1", jwt.MapClaims{"scope": "tools.call other"})), oauth.ErrInvalidToken, 401, `error="invalid_token"`, "signature"},
 		{"missing scope", v, is.Token("k1", jwt.MapClaims{"scope": "other"}), oauth.ErrInsufficientScope, 403, `error="insufficient_scope"`, `"tools.call"`},
 		{"no principal", v, is.Token("k1", jwt.MapClaims{"sub": nil}), oauth.ErrInvalidToken, 401, `error="invalid_token"`, "no sub claim"},
 		{"JWKS unreachable", vDown, downTok, oauth.ErrUnavailable, 503, "", downURL},
@@ -251,7 +165,7 @@ func tamper(tok string) string {
 func TestVerify_KeyRotation(t *testing.T) {
 	is := NewIssuer(t)
 	v := verifier(t, is, nil)
-	if _, err := v.Verify(context.Background(), is.Token("k1", nil)); err != nil {
+	if _, err := v.Verify(context.Background(), is.Token("k1", jwt.MapClaims{"scope": "tools.call other"})); err != nil {
 		t.Fatal(err)
 	}
 	is.AddKey("k2")
@@ -270,11 +184,11 @@ func TestVerify_IssuerComesUp(t *testing.T) {
 			http.Error(w, "down", 503)
 			return
 		}
-		is.srv.Config.Handler.ServeHTTP(w, r)
+		is.Handler().ServeHTTP(w, r)
 	}))
 	defer front.Close()
 	v := verifier(t, is, func(c *oauth.Config) { c.Issuers[0].JWKSURL = front.URL + "/.well-known/jwks.json" })
-	tok := is.Token("k1", nil)
+	tok := is.Token("k1", jwt.MapClaims{"scope": "tools.call other"})
 	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, oauth.ErrUnavailable) {
 		t.Fatalf("down: %v", err)
 	}
@@ -351,7 +265,7 @@ func TestIdentity_PolicySubjectsAndApprover(t *testing.T) {
 	if want := "scope:tools.call scope:toolgate.approve claim:groups=ops claim:groups=dev claim:team=red"; got != want {
 		t.Errorf("subjects = %q, want %q", got, want)
 	}
-	id, err = v.Verify(context.Background(), is.Token("k1", nil))
+	id, err = v.Verify(context.Background(), is.Token("k1", jwt.MapClaims{"scope": "tools.call other"}))
 	if err != nil || id.Approver {
 		t.Errorf("a token without the approver scope: %+v, %v", id, err)
 	}

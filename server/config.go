@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/oauth"
 	"net/http"
 	"net/url"
 	"os"
@@ -55,6 +56,11 @@ type Config struct {
 	IdempotencyTTL Duration `json:"idempotencyTTL"`
 	// Notify says whom to tell when an intent waits for approval.
 	Notify NotifyConfig `json:"notify"`
+	// OAuth, if set, also accepts OAuth 2.1 access tokens of the
+	// organisation's authorization server (package oauth): a bearer token
+	// that is not one of Tokens is checked as a JWT access token, and the
+	// server publishes its protected-resource metadata.
+	OAuth *oauth.Config `json:"oauth,omitempty"`
 }
 
 // NotifyConfig is where new pending intents are announced.
@@ -131,6 +137,9 @@ type TokenConfig struct {
 	Principal string `json:"principal"`
 	SHA256    string `json:"sha256"`   // hex SHA-256 of the token
 	Approver  bool   `json:"approver"` // may approve intents
+	// Identity is set for a request made with an OAuth access token: who
+	// the token names (never in a config file).
+	Identity *oauth.Identity `json:"-"`
 }
 
 // RateLimits are token buckets per principal and per tool; zero means no
@@ -208,6 +217,11 @@ func (c *Config) check() error {
 	for name, r := range map[string]Rate{"perPrincipal": c.RateLimits.PerPrincipal, "perTool": c.RateLimits.PerTool} {
 		if r.PerSecond < 0 || r.Burst < 0 || (r.PerSecond > 0 && r.Burst == 0) {
 			return fmt.Errorf("rateLimits.%s: perSecond and burst must be positive together (or both zero: no limit)", name)
+		}
+	}
+	if c.OAuth != nil {
+		if err := c.OAuth.Check(); err != nil {
+			return fmt.Errorf("oauth.%v", err)
 		}
 	}
 	if c.MaxConcurrent < 0 || c.MaxBodyBytes < 0 {
