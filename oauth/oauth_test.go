@@ -253,7 +253,10 @@ func TestMetadata(t *testing.T) {
 
 func TestIdentity_PolicySubjectsAndApprover(t *testing.T) {
 	is := NewIssuer(t)
-	v := verifier(t, is, func(c *oauth.Config) { c.ApproverScope = "toolgate.approve"; c.GrantClaims = []string{"groups", "team"} })
+	v := verifier(t, is, func(c *oauth.Config) {
+		c.ApproverScope = "toolgate.approve"
+		c.GrantClaims = []string{"groups", "team"}
+	})
 	id, err := v.Verify(context.Background(), is.Token("k1", jwt.MapClaims{"scope": "tools.call toolgate.approve", "groups": []any{"ops", "dev"}, "team": "red", "roles": []any{"x"}}))
 	if err != nil {
 		t.Fatal(err)
