@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -218,6 +219,8 @@ func ptr[T any](v T) *T { return &v }
 // request is what a tools/call carries besides its arguments.
 type request struct {
 	principal string
+	grants    []capability.Capability // Options.Grants, and what the policy grants an OAuth token's scopes and claims
+	token     *audit.Token            // the OAuth access token the call came with, if any
 	callID    string
 	session   string
 	rpcID     string
@@ -225,9 +228,17 @@ type request struct {
 }
 
 func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
-	r := request{principal: s.opts.Principal}
+	r := request{principal: s.opts.Principal, grants: s.opts.Grants}
 	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
 		r.principal = req.Extra.TokenInfo.UserID
+		if id, ok := req.Extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
+			r.token = &audit.Token{Issuer: id.Issuer, Subject: id.Subject, SHA256: id.TokenSHA256}
+			r.grants = slices.Clone(s.opts.Grants)
+			pol := s.rt.Policy()
+			for _, sub := range id.PolicySubjects() {
+				r.grants = append(r.grants, pol.Grants(sub)...)
+			}
+		}
 	}
 	meta := req.Params.Meta
 	if v, ok := meta[s.tagKey].(string); ok {
@@ -307,7 +318,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 	}
 	inv := tgruntime.Invocation{
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
-		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
+		Principal: r.principal, Grants: r.grants, Token: r.token, IdempotencyKey: r.key,
 	}
 	ctx, stop := s.progress(ctx, req, d)
 	defer stop()
@@ -480,7 +491,7 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	defer stop()
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
-		Principal: r.principal, Grants: s.opts.Grants,
+		Principal: r.principal, Grants: r.grants, Token: r.token,
 	})
 	return s.answer(res, err)
 }
