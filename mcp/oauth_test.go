@@ -2,20 +2,26 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/mcp"
 	"github.com/toolgate/toolgate/oauth"
 	"github.com/toolgate/toolgate/oauth/oauthtest"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -130,5 +136,70 @@ func TestHTTP_OAuthRefusals(t *testing.T) {
 	}
 	if recs, _ := rt.Executions(context.Background(), txn.Filter{}); len(recs) != 0 {
 		t.Errorf("%d records after refusals", len(recs))
+	}
+}
+
+// The caller's token is never passed on: through the gateway, an HTTP
+// upstream gets the credential the registry file names, and never the
+// access token the agent's client sent to toolgate.
+func TestGateway_OAuthTokenNeverPassedOn(t *testing.T) {
+	up := sdk.NewServer(&sdk.Implementation{Name: "web", Version: "0.3.0"}, nil)
+	up.AddTool(&sdk.Tool{Name: "ping", Description: "answers", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
+		})
+	var mu sync.Mutex
+	var seen []string
+	uh := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up }, nil)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		uh.ServeHTTP(w, r)
+	}))
+	defer upstream.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gateway.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    headers_from_env: {Authorization: WEB_MCP_AUTH}\n    limits: {max_execution_time: 10s}\n", upstream.URL)), 0o600)
+	t.Setenv("WEB_MCP_AUTH", "Bearer the-gateway-own")
+	gw := mcp.NewGateway(nil)
+	defer gw.Close()
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true,
+		Grants: map[string][]capability.Capability{"agent-9": {capability.MustParse("mcp.call:web")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	srv, err := mcp.New(rt, &mcp.Options{Principal: "nobody"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(nil)
+	defer hs.Close()
+	is := oauthtest.New(t, hs.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	v, err := oauth.NewVerifier(ctx, oauth.Config{Resource: hs.URL, Issuers: []oauth.Issuer{{Issuer: is.URL()}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Config.Handler = srv.Handler(&mcp.HTTPOptions{OAuth: v})
+	tok := is.Token("k1", jwt.MapClaims{"sub": "agent-9"})
+	cs := httpClient(t, hs.URL, tok, "", nil)
+	defer cs.Close()
+	completed(t, call(t, context.Background(), cs, "web.ping", map[string]any{}, nil))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 {
+		t.Fatal("the upstream was never reached")
+	}
+	for _, h := range seen {
+		if strings.Contains(h, tok) || h != "Bearer the-gateway-own" {
+			t.Fatalf("the upstream got Authorization %q", h)
+		}
 	}
 }
