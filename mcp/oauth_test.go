@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -201,5 +202,48 @@ func TestGateway_OAuthTokenNeverPassedOn(t *testing.T) {
 		if strings.Contains(h, tok) || h != "Bearer the-gateway-own" {
 			t.Fatalf("the upstream got Authorization %q", h)
 		}
+	}
+}
+
+// tools/list shows a caller the tools it could call: a token without the
+// scope that the policy grants state.write:secret for does not see
+// test.secret, one with it does; the answer is marked private for caching.
+func TestHTTP_ToolsListPerCaller(t *testing.T) {
+	_, hs, is := oauthHTTPServer(t)
+	list := func(tok string) map[string]bool {
+		cs := httpClient(t, hs.URL+"/mcp", tok, "", nil)
+		defer cs.Close()
+		names := map[string]bool{}
+		for tool, err := range cs.Tools(context.Background(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			names[tool.Name] = true
+		}
+		return names
+	}
+	plain := list(is.Token("k1", jwt.MapClaims{"scope": "tools.call"}))
+	if plain["test.secret"] || !plain["test.noop"] || !plain["toolgate.execute_intent"] {
+		t.Errorf("without the scope: %v", plain)
+	}
+	scoped := list(is.Token("k1", jwt.MapClaims{"scope": "tools.call secrets"}))
+	if !scoped["test.secret"] || !scoped["test.noop"] {
+		t.Errorf("with the scope: %v", scoped)
+	}
+	// Protocol 2026-07-28: the list is private to its caller.
+	req, _ := http.NewRequest("POST", hs.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/list")
+	req.Header.Set("Authorization", "Bearer "+is.Token("k1", nil))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"cacheScope":"private"`) {
+		t.Errorf("tools/list under 2026-07-28 is not marked private: %d %s", resp.StatusCode, b)
 	}
 }

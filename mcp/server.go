@@ -92,6 +92,7 @@ type Server struct {
 	stateKey []byte // signs the request state of approval questions
 	tracer   trace.Tracer
 	skipped  []string
+	entries  map[string]*tools.Entry // by MCP name, for tools/list's filter
 }
 
 // New builds the MCP server of rt's registry. It fails when a registered
@@ -124,8 +125,11 @@ func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
 	}
 	s.tagKey = "io.toolgate/rpc-" + randomHex(8)
 	s.stateKey = []byte(randomHex(32))
+	s.entries = map[string]*tools.Entry{}
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: s.opts.Name, Version: s.opts.Version},
-		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}})
+		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+			SetCacheable: privateToolList})
+	s.sdk.AddReceivingMiddleware(s.visibleTools)
 
 	reg := rt.Registry()
 	for _, e := range reg.Entries() {
@@ -191,6 +195,7 @@ func (s *Server) add(e *tools.Entry, name string) {
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return s.call(ctx, req, e, &d) // d read once, not per call
 	})
+	s.entries[name] = e
 }
 
 // annotations derives the MCP hints from a declaration.
@@ -228,18 +233,8 @@ type request struct {
 }
 
 func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
-	r := request{principal: s.opts.Principal, grants: s.opts.Grants}
-	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
-		r.principal = req.Extra.TokenInfo.UserID
-		if id, ok := req.Extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
-			r.token = &audit.Token{Issuer: id.Issuer, Subject: id.Subject, SHA256: id.TokenSHA256}
-			r.grants = slices.Clone(s.opts.Grants)
-			pol := s.rt.Policy()
-			for _, sub := range id.PolicySubjects() {
-				r.grants = append(r.grants, pol.Grants(sub)...)
-			}
-		}
-	}
+	r := request{}
+	r.principal, r.grants, r.token = s.caller(req.Extra)
 	meta := req.Params.Meta
 	if v, ok := meta[s.tagKey].(string); ok {
 		r.session, r.rpcID, _ = strings.Cut(v, " ")
@@ -258,6 +253,27 @@ func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 		r.key = key
 	}
 	return r, nil
+}
+
+// caller is who a request comes from: Options.Principal over stdio, the
+// principal of its bearer token over HTTP; the grants its calls carry
+// (Options.Grants, and what the policy grants an OAuth token's scopes and
+// claims); and the token, for the records.
+func (s *Server) caller(extra *sdk.RequestExtra) (principal string, grants []capability.Capability, token *audit.Token) {
+	principal, grants = s.opts.Principal, s.opts.Grants
+	if extra == nil || extra.TokenInfo == nil || extra.TokenInfo.UserID == "" {
+		return principal, grants, nil
+	}
+	principal = extra.TokenInfo.UserID
+	if id, ok := extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
+		token = &audit.Token{Issuer: id.Issuer, Subject: id.Subject, SHA256: id.TokenSHA256}
+		grants = slices.Clone(s.opts.Grants)
+		pol := s.rt.Policy()
+		for _, sub := range id.PolicySubjects() {
+			grants = append(grants, pol.Grants(sub)...)
+		}
+	}
+	return principal, grants, token
 }
 
 var callIDSafe = regexp.MustCompile(`^[0-9A-Za-z._-]+$`)
