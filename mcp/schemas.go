@@ -1,8 +1,7 @@
 package mcp
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,15 +29,22 @@ import (
 //     so, and the tool's _meta has io.toolgate/wrapResult. The text block
 //     holds the output itself.
 //
-// Where a tool's own schema is nested, it is an embedded schema resource
-// with its own $id, urn:toolgate:schema:sha256:HEX (the SHA-256 of the
-// schema as declared), and keeps its $schema: its references ("#/$defs/x")
-// resolve within it, under the dialect it declares. The $id names its
-// content, so that a client validating every tool with one validator (the
-// TypeScript SDK's Ajv) never meets one $id for two different schemas.
+// Where a tool's own schema is nested, the document takes the dialect the
+// tool's schema declares ($schema; none means 2020-12, as MCP says), and
+// the nested copy loses its $schema and root $id, every reference into it
+// ("#", "#/$defs/x", "#/definitions/x") rewritten to where it now sits
+// ("#/anyOf/0/$defs/x"). Nothing then depends on how a validator treats an
+// embedded resource or a change of dialect inside one document (Go's
+// santhosh-tekuri/jsonschema reads the whole document under its root's
+// dialect; the TypeScript SDK's Ajv reads every dialect as draft-07): the
+// keywords toolgate adds (type, properties, required, additionalProperties,
+// enum, anyOf, title, description) mean the same from draft-04 to 2020-12.
 
-// dialect is the $schema of what toolgate writes: MCP's default dialect.
+// dialect is MCP's default dialect, for a schema that declares none.
 const dialect = tools.Draft202012
+
+// draft04 is the one dialect whose base-changing keyword is id, not $id.
+const draft04 = "http://json-schema.org/draft-04/schema#"
 
 // pendingSchema is the approval_required object (Server.pending).
 const pendingSchema = `{"title":"Approval required","description":"The call needs a person's approval and did not run.",` +
@@ -70,38 +76,104 @@ var executeIntentOutput = json.RawMessage(`{"type":"object","description":"The o
 // outputSchema is the outputSchema tools/list advertises for d, and whether
 // d's output is wrapped as {"result": OUTPUT}.
 func outputSchema(d tools.Declaration) (schema json.RawMessage, wrap bool, err error) {
-	var own map[string]json.RawMessage
-	if err := json.Unmarshal(d.OutputSchema, &own); err != nil || own == nil {
+	dec := json.NewDecoder(bytes.NewReader(d.OutputSchema))
+	dec.UseNumber() // numbers as written
+	var own map[string]any
+	if err := dec.Decode(&own); err != nil || own == nil {
 		return nil, false, errors.New("its output schema is not a JSON object")
 	}
-	wrap = string(own["type"]) != `"object"`
+	wrap = own["type"] != "object"
 	if !wrap && !d.RequiresApproval {
 		return json.RawMessage(d.OutputSchema), false, nil
 	}
-	sum := sha256.Sum256(d.OutputSchema)
-	own["$id"] = mustJSON("urn:toolgate:schema:sha256:" + hex.EncodeToString(sum[:]))
-	inner := mustJSON(own)
+	root := map[string]any{"$schema": dialect, "type": "object"}
+	if v, ok := own["$schema"].(string); ok {
+		root["$schema"] = v
+	}
+	// at is where the tool's schema sits in the document.
+	at := "/properties/result"
+	switch {
+	case d.RequiresApproval && wrap:
+		at = "/anyOf/0/properties/result"
+	case d.RequiresApproval:
+		at = "/anyOf/0"
+	}
+	nest(own, at, root["$schema"] == draft04)
 	// wrapper puts the tool's schema under result, in m.
 	wrapper := func(m map[string]any) map[string]any {
 		m["type"] = "object"
-		m["properties"] = map[string]json.RawMessage{"result": inner}
+		m["properties"] = map[string]any{"result": own}
 		m["required"] = []string{"result"}
 		m["additionalProperties"] = false
 		return m
 	}
 	if !d.RequiresApproval { // wrapped
-		return mustJSON(wrapper(map[string]any{"$schema": dialect,
-			"description": `The tool's output as {"result": OUTPUT}: MCP's structured content is an object.`})), true, nil
+		root["description"] = `The tool's output as {"result": OUTPUT}: MCP's structured content is an object.`
+		return mustJSON(wrapper(root)), true, nil
 	}
-	first, as := inner, ""
+	var first any = own
+	as := ""
 	if wrap {
-		first, as = mustJSON(wrapper(map[string]any{})), ` as {"result": OUTPUT}`
+		first, as = wrapper(map[string]any{}), ` as {"result": OUTPUT}`
 	}
-	return mustJSON(map[string]any{
-		"$schema": dialect, "type": "object",
-		"description": "The tool's output" + as + "; or, when the call needs a person's approval and nothing ran, the approval_required object.",
-		"anyOf":       []json.RawMessage{first, json.RawMessage(pendingSchema)},
-	}), wrap, nil
+	root["description"] = "The tool's output" + as + "; or, when the call needs a person's approval and nothing ran, the approval_required object."
+	root["anyOf"] = []any{first, json.RawMessage(pendingSchema)}
+	return mustJSON(root), wrap, nil
+}
+
+// nest makes the schema s fit to sit at the JSON pointer at of another
+// document: without its $schema and root $id (id in draft-04), each
+// reference into it rewritten to start at at.
+func nest(s map[string]any, at string, draft4 bool) {
+	idKey := "$id"
+	if draft4 {
+		idKey = "id"
+	}
+	id, _ := s[idKey].(string)
+	delete(s, "$schema")
+	delete(s, idKey)
+	rebase := func(ref string) string {
+		if id != "" && strings.HasPrefix(ref, id+"#") { // its own root, by its $id
+			ref = ref[len(id):]
+		}
+		if ref == "#" || strings.HasPrefix(ref, "#/") {
+			return "#" + at + ref[1:]
+		}
+		return ref // an anchor, or another document's
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			if _, ok := x[idKey].(string); ok {
+				return // an embedded resource: its references are its own
+			}
+			// Every other object in a schema is a schema, but for the
+			// values of the keywords below.
+			for k, e := range x {
+				switch k {
+				case "$ref":
+					if r, ok := e.(string); ok {
+						x[k] = rebase(r)
+					}
+				case "enum", "const", "default", "examples": // values, not schemas
+				case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies":
+					if names, ok := e.(map[string]any); ok { // names to schemas
+						for _, sub := range names {
+							walk(sub)
+						}
+					}
+				default:
+					walk(e)
+				}
+			}
+		}
+	}
+	walk(s) // its root $id is gone: walked as any schema
 }
 
 // wrapResult is the structured content {"result": out}.
