@@ -30,12 +30,17 @@
 //
 // # Results
 //
-// COMPLETED: structuredContent is the tool's output, and one text block holds
-// the same JSON. FAILED, DENIED, ROLLED_BACK (ABORTED included): isError, and
+// COMPLETED: structuredContent is the tool's output ({"result": OUTPUT} for
+// a tool whose output is not an object: MCP's structured content is an
+// object), and one text block holds the output's JSON. Every answer that is
+// not an error conforms to the outputSchema tools/list advertised: for a
+// tool that requires approval, anyOf its output and the approval_required
+// object (see schemas.go). FAILED, DENIED, ROLLED_BACK (ABORTED included): isError, and
 // the text block holds {"state", "executionId", "error": {"type", "code",
 // "message"}} so that the model can correct itself. A call refused before it
 // ran (an intent that may not run, an idempotency key in conflict, arguments
-// of toolgate.execute_intent that are not {"id", "hash"}) is isError with
+// of toolgate.execute_intent that are not {"id", "hash"}, the message naming
+// the field) is isError with
 // state REFUSED and the refusal's type and code (IntentError,
 // IdempotencyError, ValidationError). An unknown tool or version is the
 // protocol's invalid-params error (-32602). The result's _meta carries
@@ -48,8 +53,10 @@
 // A tool that requires approval does not run when called: the call (once
 // its input is valid and its principal holds the capabilities) becomes an
 // intent for exactly that call, and the result (not an error) holds its id,
-// hash and what a person runs to approve it. Once approved, the agent runs
-// it with the tool toolgate.execute_intent {"id", "hash"}, or by repeating
+// hash and what a person runs to approve it, as structuredContent {"status":
+// "approval_required", "intentId", "hash", ...} and in _meta. Once approved,
+// the agent runs it with the tool toolgate.execute_intent {"id", "hash"}
+// ("intentId" is taken for "id"), or by repeating
 // the identical call; it runs at most once, and a later run returns the
 // stored outcome, marked replayed.
 //

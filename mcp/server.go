@@ -42,6 +42,9 @@ const (
 	MetaReplayed       = "io.toolgate/replayed"
 	MetaIntent         = "io.toolgate/intent"
 	MetaError          = "io.toolgate/error"
+	// MetaWrapResult, in a tool's _meta, marks a tool whose output is not
+	// a JSON object: its structured content is {"result": OUTPUT}.
+	MetaWrapResult = "io.toolgate/wrapResult"
 )
 
 // Options configure a Server. A nil *Options means the zero value.
@@ -93,7 +96,12 @@ type Server struct {
 	tracer   trace.Tracer
 	skipped  []string
 	entries  map[string]*tools.Entry // by MCP name, for tools/list's filter
+	// wrapped holds the tools whose output is not an object: their
+	// structured content is {"result": OUTPUT} (see outputSchema).
+	wrapped map[toolVersion]bool
 }
+
+type toolVersion struct{ tool, version string }
 
 // New builds the MCP server of rt's registry. It fails when a registered
 // tool would take the name of toolgate's own tool.
@@ -147,10 +155,11 @@ func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
 		Title: "Run an approved intent",
 		Description: "Runs an intent a person approved: the exact call it holds, at most once. " +
 			"A tool that requires approval answers a call with the intent's id and hash; once a person approved it, call this tool with them. " +
-			"Running it again returns the stored outcome, marked replayed.",
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the intent id"},` +
-			`"hash":{"type":"string","description":"the intent's SHA-256 hash"}},"required":["id","hash"],"additionalProperties":false}`),
-		Annotations: &sdk.ToolAnnotations{Title: "Run an approved intent", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
+			"Running it again returns the stored outcome, marked replayed. " +
+			"The id may be given as intentId, the name the approval answer uses.",
+		InputSchema:  executeIntentInput,
+		OutputSchema: executeIntentOutput,
+		Annotations:  &sdk.ToolAnnotations{Title: "Run an approved intent", DestructiveHint: ptr(true), OpenWorldHint: ptr(true)},
 	}, s.executeIntent)
 	return s, nil
 }
@@ -177,14 +186,28 @@ func (s *Server) add(e *tools.Entry, name string) {
 		s.opts.Logger.Warn("tool left out of tools/list: its input schema is not of type \"object\", which MCP requires", "tool", d.Key())
 		return
 	}
+	out, wrap, err := outputSchema(d)
+	if err != nil {
+		s.skipped = append(s.skipped, name+": "+err.Error())
+		s.opts.Logger.Warn("tool left out of tools/list: "+err.Error(), "tool", d.Key())
+		return
+	}
+	meta := sdk.Meta{"io.toolgate/tool": d.ID, "io.toolgate/version": d.Version, "io.toolgate/requiresApproval": d.RequiresApproval}
+	if wrap {
+		if s.wrapped == nil {
+			s.wrapped = make(map[toolVersion]bool)
+		}
+		s.wrapped[toolVersion{d.ID, d.Version}] = true
+		meta[MetaWrapResult] = true
+	}
 	t := &sdk.Tool{
 		Name:         name,
 		Title:        d.Name,
 		Description:  d.Description,
 		InputSchema:  json.RawMessage(d.InputSchema),
-		OutputSchema: json.RawMessage(d.OutputSchema),
+		OutputSchema: out,
 		Annotations:  annotations(d),
-		Meta:         sdk.Meta{"io.toolgate/tool": d.ID, "io.toolgate/version": d.Version, "io.toolgate/requiresApproval": d.RequiresApproval},
+		Meta:         meta,
 	}
 	defer func() {
 		if p := recover(); p != nil { // the SDK refuses the tool
@@ -480,14 +503,10 @@ func (s *Server) pending(in *tgruntime.Intent) *sdk.CallToolResult {
 		"Once approved, call %s with {\"id\": %q, \"hash\": %q}, or repeat this call; it runs once.\n%s",
 		in.Tool, in.Version, in.ID, in.Hash, approve, ExecuteIntentTool, in.ID, in.Hash, b)
 	return &sdk.CallToolResult{
-		Content: []sdk.Content{&sdk.TextContent{Text: text}},
-		Meta:    sdk.Meta{MetaIntent: v, MetaState: "APPROVAL_REQUIRED"},
+		Content:           []sdk.Content{&sdk.TextContent{Text: text}},
+		StructuredContent: json.RawMessage(b), // the approval_required branch of the tool's outputSchema
+		Meta:              sdk.Meta{MetaIntent: v, MetaState: "APPROVAL_REQUIRED"},
 	}
-}
-
-type intentRef struct {
-	ID   string `json:"id"`
-	Hash string `json:"hash"`
 }
 
 func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -497,11 +516,9 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	}
 	ctx, span := s.context(ctx, req, r)
 	defer span.End()
-	var ref intentRef
-	dec := json.NewDecoder(strings.NewReader(string(req.Params.Arguments)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ref); err != nil || ref.ID == "" || ref.Hash == "" {
-		return refusal("ValidationError", "invalid_input", `the arguments are {"id": "...", "hash": "..."}: the intent's id and hash`), nil
+	ref, err := parseIntentRef(req.Params.Arguments)
+	if err != nil {
+		return refusal("ValidationError", "invalid_input", err.Error()), nil
 	}
 	ctx, stop := s.progress(ctx, req, nil)
 	defer stop()
@@ -589,9 +606,13 @@ func (s *Server) answer(res *tgruntime.Result, err error) (*sdk.CallToolResult, 
 		if len(out) == 0 {
 			out = json.RawMessage("null")
 		}
+		structured := out
+		if len(s.wrapped) > 0 && s.wrapped[toolVersion{res.Tool, res.Version}] {
+			structured = wrapResult(out) // see outputSchema
+		}
 		return &sdk.CallToolResult{
 			Content:           []sdk.Content{&sdk.TextContent{Text: string(out)}},
-			StructuredContent: out,
+			StructuredContent: structured,
 			Meta:              meta,
 		}, nil
 	}
