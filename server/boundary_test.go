@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +109,46 @@ func TestConfig_IdempotencyTTL(t *testing.T) {
 				t.Errorf("idempotencyTTL %s: the second call replayed %v; want %v", tc.ttl, replayed, tc.replay)
 			}
 		})
+	}
+}
+
+// A config file without idempotencyTTL leaves the runtime's default, 24
+// hours, for the keys the server writes (as toolgate serve opens its
+// runtime: LoadConfig, then ApplyTo). With a fake clock: 23h59m after a
+// call its Idempotency-Key replays it; 24h and a second after, the call
+// runs again.
+func TestConfig_IdempotencyTTLDefault(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "serve.json")
+	writeFile(t, p, `{"maxConcurrent": 8}`)
+	cfg, err := server.LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tokens = testConfig().Tokens
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFixtureWith(t, cfg, nil, true, cfg.ApplyTo, func(o *tgruntime.Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	agent := f.client(t, agentToken)
+	keyed := inv("test.echo", `{"msg":"ttl"}`)
+	keyed.IdempotencyKey = "default-ttl-key"
+	first, err := agent.Execute(context.Background(), keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(23*time.Hour + 59*time.Minute)
+	if again, err := agent.Execute(context.Background(), keyed); err != nil || !again.Replayed || again.ExecutionID != first.ExecutionID {
+		t.Fatalf("23h59m after the first call: %v, a new execution %v; want the first call replayed", err, again == nil || again.ExecutionID != first.ExecutionID)
+	}
+	advance(time.Minute + time.Second)
+	later, err := agent.Execute(context.Background(), keyed)
+	if err != nil || later.Replayed || later.ExecutionID == first.ExecutionID {
+		t.Fatalf("24h1s after the first call: %v, replayed %v; want a new execution", err, later != nil && later.Replayed)
+	}
+	if n := len(f.records(t, txn.Filter{ToolID: "test.echo"})); n != 2 {
+		t.Errorf("test.echo ran %d times; want 2", n)
 	}
 }
 
