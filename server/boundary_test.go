@@ -56,6 +56,55 @@ func TestServer_PerToolRateLimit(t *testing.T) {
 	}
 }
 
+// A tool's rate limit applies to the executions of its approved intents
+// too (POST /v1/intents/{id}/execute names no tool, but its intent does),
+// sharing the bucket of the tool's direct calls: past it, 429 with
+// Retry-After, nothing runs, and the intent stays approved. An intent of
+// another tool has its own bucket.
+func TestServer_PerToolRateLimitCoversIntents(t *testing.T) {
+	cfg := testConfig()
+	cfg.RateLimits.PerTool = server.Rate{PerSecond: 0.001, Burst: 2} // no refill during the test
+	f := newFixture(t, cfg, nil)
+	ctx := context.Background()
+	agent, alice := f.client(t, agentToken), f.client(t, approverToken)
+	approved := func(tool, msg string) *client.Intent {
+		t.Helper()
+		it, err := agent.Propose(ctx, inv(tool, `{"msg":"`+msg+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := alice.Approve(ctx, it.ID); err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	first, second, third := approved("test.echo", "one"), approved("test.echo", "two"), approved("test.echo", "three")
+	other := approved("test.fail", "x")
+
+	if res, err := agent.ExecuteIntent(ctx, first.ID, first.Hash); err != nil || res.State != "COMPLETED" {
+		t.Fatalf("an intent within test.echo's burst: %v", err)
+	}
+	if _, err := agent.Execute(ctx, inv("test.echo", `{"msg":"direct"}`)); err != nil {
+		t.Fatalf("a direct call within test.echo's burst: %v", err)
+	}
+	for _, it := range []*client.Intent{second, third} {
+		_, err := agent.ExecuteIntent(ctx, it.ID, it.Hash)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 429 || !errors.Is(err, client.ErrRateLimited) || e.RetryAfter < time.Second {
+			t.Errorf("an intent of test.echo past its limit: %v; want 429 with Retry-After", err)
+		}
+		if got, err := f.rt.Intent(ctx, it.ID); err != nil || got.Status != tgruntime.IntentApproved {
+			t.Errorf("the intent refused by the rate limit: %v, status %q; want it still approved, not executed", err, got.Status)
+		}
+	}
+	if n := len(f.records(t, txn.Filter{ToolID: "test.echo"})); n != 2 {
+		t.Errorf("test.echo ran %d times; want the 2 within its burst", n)
+	}
+	if _, err := agent.ExecuteIntent(ctx, other.ID, other.Hash); !errors.Is(err, client.ErrNotCompleted) {
+		t.Errorf("an intent of test.fail was limited by test.echo's bucket: %v", err)
+	}
+}
+
 // The config file's idempotencyTTL is the runtime's TTL for the keys the
 // server writes (ApplyTo, as toolgate serve opens its runtime): past a
 // short TTL the same Idempotency-Key runs again, within a long one it
