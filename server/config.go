@@ -134,7 +134,8 @@ type TokenConfig struct {
 }
 
 // RateLimits are token buckets per principal and per tool; zero means no
-// limit.
+// limit. A tool's bucket counts its direct calls and the executions of its
+// approved intents alike.
 type RateLimits struct {
 	PerPrincipal Rate `json:"perPrincipal"`
 	PerTool      Rate `json:"perTool"`

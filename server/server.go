@@ -878,13 +878,25 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	if !s.decode(w, r, &req) {
 		return
 	}
-	release, ok := s.admit(w, who.Principal, "")
+	// The intent names its tool, whose rate limit applies as to a direct
+	// call. An intent that cannot be found or is malformed is refused by
+	// Execute below, with its code; a store that cannot be read refuses
+	// the request here, as Execute would.
+	ctx := context.WithoutCancel(r.Context()) // as for a direct call: a client that leaves cancels nothing
+	tool := ""
+	if in, err := s.rt.Intent(ctx, r.PathValue("id")); err == nil {
+		tool = in.Tool
+	} else if !errors.As(err, new(*tgruntime.IntentError)) {
+		s.answer(w, nil, err)
+		return
+	}
+	release, ok := s.admit(w, who.Principal, tool)
 	if !ok {
 		return
 	}
 	defer release()
 	s.extendWriteDeadline(w)
-	res, err := s.rt.Execute(context.WithoutCancel(r.Context()), tgruntime.Invocation{
+	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal})
 	var ie *tgruntime.IntentError
 	if !errors.As(err, &ie) {
