@@ -21,6 +21,7 @@
 # package: the suite needs fs.globSync, which Node 20 lacks).
 #
 #   scripts/interop-conformance.sh
+#   KEEP=1 scripts/interop-conformance.sh   # keeps the work directory: the suite's results per scenario
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
