@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/ratelimit"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -83,6 +84,14 @@ type Options struct {
 	// approval passes through the agent's own client, which a person
 	// approving out of band (toolgate intent approve) does not depend on.
 	ApproveViaElicitation bool
+	// RateLimits limit the tools/calls of each principal and of each tool,
+	// as toolgate serve's do (see RateLimits); zero means no limit. The
+	// buckets are this Server's own: each process counts for itself.
+	RateLimits RateLimits
+	// RefusalLog receives one line (level Warn, message "call refused") per
+	// call refused by a rate limit: code, limit, principal, tool, callId,
+	// retryAfter. nil means Logger.
+	RefusalLog *slog.Logger
 }
 
 // Server is an MCP server over one runtime. It is safe for concurrent use,
@@ -98,7 +107,9 @@ type Server struct {
 	entries  map[string]*tools.Entry // by MCP name, for tools/list's filter
 	// wrapped holds the tools whose output is not an object: their
 	// structured content is {"result": OUTPUT} (see outputSchema).
-	wrapped map[toolVersion]bool
+	wrapped  map[toolVersion]bool
+	limits   *ratelimit.Limiter // nil: no limits
+	refusals *slog.Logger
 }
 
 type toolVersion struct{ tool, version string }
@@ -127,6 +138,16 @@ func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
 	}
 	if s.opts.Logger == nil {
 		s.opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := s.opts.RateLimits.Check(); err != nil {
+		return nil, fmt.Errorf("mcp: %w", err)
+	}
+	if s.opts.RateLimits != (RateLimits{}) {
+		s.limits = ratelimit.New(s.opts.RateLimits)
+	}
+	s.refusals = s.opts.RefusalLog
+	if s.refusals == nil {
+		s.refusals = s.opts.Logger
 	}
 	if s.opts.TracerProvider != nil {
 		s.tracer = s.opts.TracerProvider.Tracer("github.com/toolgate/toolgate/mcp")
@@ -351,6 +372,9 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 	}
 	ctx, span := s.context(ctx, req, r)
 	defer span.End()
+	if refused := s.admit(ctx, span, r, d.ID); refused != nil {
+		return refused, nil
+	}
 	input := req.Params.Arguments
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
@@ -516,6 +540,9 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	}
 	ctx, span := s.context(ctx, req, r)
 	defer span.End()
+	if refused := s.admit(ctx, span, r, ""); refused != nil {
+		return refused, nil
+	}
 	ref, err := parseIntentRef(req.Params.Arguments)
 	if err != nil {
 		return refusal("ValidationError", "invalid_input", err.Error()), nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -319,8 +320,12 @@ func TestExecute_PanicCarriesStack(t *testing.T) {
 
 // A tool that ignores its context: Execute returns at the deadline, the
 // abort is recorded, and the abandoned goroutine can no longer write.
+// Every wait is bounded, so a broken rule fails the test in seconds rather
+// than hanging it until the test binary's timeout; and the stubborn tool is
+// released however the test ends.
 func TestExecute_ToolIgnoresContext(t *testing.T) {
 	release := make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
 	late := make(chan error, 1)
 	rt, _ := openRuntime(t, nil, tool(decl("test.stubborn", limit(50*time.Millisecond)),
 		func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
@@ -328,6 +333,7 @@ func TestExecute_ToolIgnoresContext(t *testing.T) {
 			late <- env.State.Put("test", "last", []byte("late"))
 			return in, nil
 		}))
+	t.Cleanup(free) // runs before the runtime's Close
 	done := make(chan struct{})
 	var res *tgruntime.Result
 	var err error
@@ -338,16 +344,20 @@ func TestExecute_ToolIgnoresContext(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
-		close(release)
 		t.Fatal("Execute did not return at the deadline of a tool that ignores its context")
 	}
 	if !errors.Is(err, tgruntime.ErrTimeout) {
 		t.Fatalf("err = %v, want TimeoutError", err)
 	}
 	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
-	close(release)
-	if err := <-late; !errors.Is(err, txn.ErrTxDone) {
-		t.Fatalf("abandoned tool's write = %v, want ErrTxDone", err)
+	free()
+	select {
+	case err := <-late:
+		if !errors.Is(err, txn.ErrTxDone) {
+			t.Fatalf("abandoned tool's write = %v, want ErrTxDone", err)
+		}
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("the abandoned tool did not get to its write within 10s of its release: it never ran, or the write blocks")
 	}
 	if _, ok := stateOf(t, rt); ok {
 		t.Fatal("abandoned tool changed state")

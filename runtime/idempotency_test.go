@@ -216,6 +216,30 @@ func TestIdempotency_TTLAndBypass(t *testing.T) {
 	_ = first
 }
 
+// Without Options.IdempotencyTTL a key holds its result for 24 hours
+// (the execution boundary document's 60 s is a departure: see
+// docs/conformance.md): a minute before the end the call is replayed, a
+// second after it the call runs again.
+func TestIdempotency_DefaultTTL(t *testing.T) {
+	var runs atomic.Int32
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	rt, _ := openRuntime(t, &tgruntime.Options{Now: clk.Now}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	first, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(23*time.Hour + 59*time.Minute)
+	if res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); err != nil || !res.Replayed || res.ExecutionID != first.ExecutionID || runs.Load() != 1 {
+		t.Fatalf("23h59m after the first call: %v, replayed %v, runs %d; want the first call's result replayed", err, res != nil && res.Replayed, runs.Load())
+	}
+	clk.Add(time.Minute + time.Second) // 24h and one second after the first call
+	res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k"))
+	if err != nil || res.Replayed || res.ExecutionID == first.ExecutionID || runs.Load() != 2 {
+		t.Fatalf("24h1s after the first call: %v, replayed %v, runs %d; want the call to run again", err, res != nil && res.Replayed, runs.Load())
+	}
+}
+
 // Expired keys are purged a few at a time by the writes of new keys, never
 // all at once.
 func TestIdempotency_PurgeIsBounded(t *testing.T) {

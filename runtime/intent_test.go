@@ -193,6 +193,51 @@ func TestIntent_RequiresApproval(t *testing.T) {
 	}
 }
 
+// Executing never creates an intent (the execution adapter document (000):
+// the adapter does not create new intents): only Propose does. A direct
+// call of a tool that requires approval is DENIED, not turned into an
+// intent; refused, run and replayed executions of an intent leave the
+// intents as they were.
+func TestIntent_ExecutionCreatesNoIntent(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.guarded", func(d *tools.Declaration) { d.RequiresApproval = true }))
+	ctx := context.Background()
+	in, err := rt.Propose(ctx, invoke("test.guarded", `{"msg":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		all, err := rt.Intents(ctx, tgruntime.IntentFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, it := range all {
+			out = append(out, it.ID)
+		}
+		return out
+	}
+	for _, step := range []struct {
+		name string
+		run  func() error
+	}{
+		{"direct call", func() error { _, err := rt.Execute(ctx, invoke("test.guarded", `{"msg":"y"}`)); return err }},
+		{"pending", func() error { _, err := execIntent(rt, in.ID, in.Hash); return err }},
+		{"unknown id", func() error { _, err := execIntent(rt, "0f8fad5b-d9cb-469f-a165-70867728950e", in.Hash); return err }},
+		{"approve", func() error { _, err := rt.Approve(ctx, in.ID, "alice"); return err }},
+		{"wrong hash", func() error { _, err := execIntent(rt, in.ID, strings.Repeat("0", 64)); return err }},
+		{"run", func() error { _, err := execIntent(rt, in.ID, in.Hash); return err }},
+		{"replay", func() error { _, err := execIntent(rt, in.ID, in.Hash); return err }},
+	} {
+		step.run()
+		if got := ids(); len(got) != 1 || got[0] != in.ID {
+			t.Fatalf("after %s: intents %v; want only the proposed %s", step.name, got, in.ID)
+		}
+	}
+	if got, err := rt.Intent(ctx, in.ID); err != nil || got.Status != tgruntime.IntentExecuted {
+		t.Fatalf("the intent after its run: %+v, %v", got, err)
+	}
+}
+
 // 1,000 concurrent executions of one approved intent run the tool exactly
 // once; the tool counts its runs in a file it appends to with fsync. The
 // others get the stored outcome or an in-flight refusal.

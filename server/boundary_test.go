@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,55 @@ func TestServer_PerToolRateLimit(t *testing.T) {
 		if _, err := agent.Execute(ctx, inv("test.fail", `{"msg":"x"}`)); !errors.Is(err, client.ErrNotCompleted) {
 			t.Errorf("test.fail call %d was limited by test.echo's bucket: %v", i+1, err)
 		}
+	}
+}
+
+// A tool's rate limit applies to the executions of its approved intents
+// too (POST /v1/intents/{id}/execute names no tool, but its intent does),
+// sharing the bucket of the tool's direct calls: past it, 429 with
+// Retry-After, nothing runs, and the intent stays approved. An intent of
+// another tool has its own bucket.
+func TestServer_PerToolRateLimitCoversIntents(t *testing.T) {
+	cfg := testConfig()
+	cfg.RateLimits.PerTool = server.Rate{PerSecond: 0.001, Burst: 2} // no refill during the test
+	f := newFixture(t, cfg, nil)
+	ctx := context.Background()
+	agent, alice := f.client(t, agentToken), f.client(t, approverToken)
+	approved := func(tool, msg string) *client.Intent {
+		t.Helper()
+		it, err := agent.Propose(ctx, inv(tool, `{"msg":"`+msg+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := alice.Approve(ctx, it.ID); err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	first, second, third := approved("test.echo", "one"), approved("test.echo", "two"), approved("test.echo", "three")
+	other := approved("test.fail", "x")
+
+	if res, err := agent.ExecuteIntent(ctx, first.ID, first.Hash); err != nil || res.State != "COMPLETED" {
+		t.Fatalf("an intent within test.echo's burst: %v", err)
+	}
+	if _, err := agent.Execute(ctx, inv("test.echo", `{"msg":"direct"}`)); err != nil {
+		t.Fatalf("a direct call within test.echo's burst: %v", err)
+	}
+	for _, it := range []*client.Intent{second, third} {
+		_, err := agent.ExecuteIntent(ctx, it.ID, it.Hash)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != 429 || !errors.Is(err, client.ErrRateLimited) || e.RetryAfter < time.Second {
+			t.Errorf("an intent of test.echo past its limit: %v; want 429 with Retry-After", err)
+		}
+		if got, err := f.rt.Intent(ctx, it.ID); err != nil || got.Status != tgruntime.IntentApproved {
+			t.Errorf("the intent refused by the rate limit: %v, status %q; want it still approved, not executed", err, got.Status)
+		}
+	}
+	if n := len(f.records(t, txn.Filter{ToolID: "test.echo"})); n != 2 {
+		t.Errorf("test.echo ran %d times; want the 2 within its burst", n)
+	}
+	if _, err := agent.ExecuteIntent(ctx, other.ID, other.Hash); !errors.Is(err, client.ErrNotCompleted) {
+		t.Errorf("an intent of test.fail was limited by test.echo's bucket: %v", err)
 	}
 }
 
@@ -108,6 +158,46 @@ func TestConfig_IdempotencyTTL(t *testing.T) {
 				t.Errorf("idempotencyTTL %s: the second call replayed %v; want %v", tc.ttl, replayed, tc.replay)
 			}
 		})
+	}
+}
+
+// A config file without idempotencyTTL leaves the runtime's default, 24
+// hours, for the keys the server writes (as toolgate serve opens its
+// runtime: LoadConfig, then ApplyTo). With a fake clock: 23h59m after a
+// call its Idempotency-Key replays it; 24h and a second after, the call
+// runs again.
+func TestConfig_IdempotencyTTLDefault(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "serve.json")
+	writeFile(t, p, `{"maxConcurrent": 8}`)
+	cfg, err := server.LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tokens = testConfig().Tokens
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFixtureWith(t, cfg, nil, true, cfg.ApplyTo, func(o *tgruntime.Options) {
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	agent := f.client(t, agentToken)
+	keyed := inv("test.echo", `{"msg":"ttl"}`)
+	keyed.IdempotencyKey = "default-ttl-key"
+	first, err := agent.Execute(context.Background(), keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(23*time.Hour + 59*time.Minute)
+	if again, err := agent.Execute(context.Background(), keyed); err != nil || !again.Replayed || again.ExecutionID != first.ExecutionID {
+		t.Fatalf("23h59m after the first call: %v, a new execution %v; want the first call replayed", err, again == nil || again.ExecutionID != first.ExecutionID)
+	}
+	advance(time.Minute + time.Second)
+	later, err := agent.Execute(context.Background(), keyed)
+	if err != nil || later.Replayed || later.ExecutionID == first.ExecutionID {
+		t.Fatalf("24h1s after the first call: %v, replayed %v; want a new execution", err, later != nil && later.Replayed)
+	}
+	if n := len(f.records(t, txn.Filter{ToolID: "test.echo"})); n != 2 {
+		t.Errorf("test.echo ran %d times; want 2", n)
 	}
 }
 

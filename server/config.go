@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/ratelimit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
 
@@ -143,17 +144,13 @@ type TokenConfig struct {
 }
 
 // RateLimits are token buckets per principal and per tool; zero means no
-// limit.
-type RateLimits struct {
-	PerPrincipal Rate `json:"perPrincipal"`
-	PerTool      Rate `json:"perTool"`
-}
+// limit. A tool's bucket counts its direct calls and the executions of its
+// approved intents alike. They are the MCP server's too (mcp.RateLimits is the same type):
+// toolgate mcp reads them from the same config file.
+type RateLimits = ratelimit.Limits
 
 // Rate is a token bucket.
-type Rate struct {
-	PerSecond float64 `json:"perSecond"`
-	Burst     int     `json:"burst"`
-}
+type Rate = ratelimit.Rate
 
 // Duration is a time.Duration written as a string such as "10s".
 type Duration time.Duration
@@ -214,10 +211,8 @@ func (c *Config) check() error {
 		seen[h] = true
 		c.Tokens[i].SHA256 = h
 	}
-	for name, r := range map[string]Rate{"perPrincipal": c.RateLimits.PerPrincipal, "perTool": c.RateLimits.PerTool} {
-		if r.PerSecond < 0 || r.Burst < 0 || (r.PerSecond > 0 && r.Burst == 0) {
-			return fmt.Errorf("rateLimits.%s: perSecond and burst must be positive together (or both zero: no limit)", name)
-		}
+	if err := c.RateLimits.Check(); err != nil {
+		return err
 	}
 	if c.OAuth != nil {
 		if err := c.OAuth.Check(); err != nil {

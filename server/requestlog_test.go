@@ -30,15 +30,27 @@ func (l *lockedBuffer) requests(t *testing.T) []map[string]any {
 }
 
 // With Options.RequestLog, every request is one structured line once
-// answered: method, path, principal, status, execution id, duration.
+// answered: method, path, principal, status, execution id, duration;
+// requests refused at the boundary (rate limited, malformed, not
+// authenticated, no such endpoint) included.
 // Without it, none.
 func TestServer_RequestLog(t *testing.T) {
 	var sink lockedBuffer
 	logger := slog.New(slog.NewJSONHandler(&sink, nil))
-	f := newFixture(t, nil, &server.Options{Logger: logger, RequestLog: logger})
+	cfg := testConfig()
+	cfg.RateLimits.PerTool = server.Rate{PerSecond: 0.001, Burst: 1} // one call of a tool, no refill during the test
+	f := newFixture(t, cfg, &server.Options{Logger: logger, RequestLog: logger})
 	res, err := f.client(t, agentToken).Execute(context.Background(), inv("test.echo", `{"msg":"hi"}`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Refused at the boundary, before any execution: past test.echo's
+	// rate limit (429), and a body without an input (400).
+	if status, _, _ := f.post(t, "/v1/tools/test.echo/execute", agentToken, "application/json", `{"input":{"msg":"again"}}`); status != 429 {
+		t.Fatalf("past the rate limit: %d", status)
+	}
+	if status, _, _ := f.post(t, "/v1/tools/test.fail/execute", agentToken, "application/json", `{}`); status != 400 {
+		t.Fatalf("no input: %d", status)
 	}
 	get := func(path, token string) int {
 		req, _ := http.NewRequest(http.MethodGet, f.http.URL+path, nil)
@@ -62,6 +74,8 @@ func TestServer_RequestLog(t *testing.T) {
 		executionID             string
 	}{
 		{"POST", "/v1/tools/test.echo/execute", "agent", 200, res.ExecutionID},
+		{"POST", "/v1/tools/test.echo/execute", "agent", 429, ""},
+		{"POST", "/v1/tools/test.fail/execute", "agent", 400, ""},
 		{"GET", "/v1/executions/" + res.ExecutionID, "agent", 200, res.ExecutionID},
 		{"GET", "/v1/tools", "", 401, ""},
 		{"GET", "/nowhere", "", 404, ""},

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -37,10 +36,10 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/ratelimit"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -57,10 +56,10 @@ type Server struct {
 	log         *slog.Logger
 	storeLogged atomic.Bool // the store's failure is logged, once
 
-	mu         sync.Mutex
-	principals map[string]*rate.Limiter
-	tools      map[string]*rate.Limiter
-	closing    bool
+	limits *ratelimit.Limiter
+
+	mu      sync.Mutex
+	closing bool
 
 	handler http.Handler
 
@@ -102,7 +101,7 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	}
 	c.fill()
 	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent), bodies: make(chan struct{}, 2*c.MaxConcurrent),
-		principals: map[string]*rate.Limiter{}, tools: map[string]*rate.Limiter{}, log: slog.Default()}
+		limits: ratelimit.New(c.RateLimits), log: slog.Default()}
 	if opts != nil && opts.Logger != nil {
 		s.log = opts.Logger
 	}
@@ -276,8 +275,8 @@ func IsLoopback(addr string) bool {
 // tool (reads, proposals, approvals): a token cannot flood the store.
 func (s *Server) limited(h func(http.ResponseWriter, *http.Request, TokenConfig)) func(http.ResponseWriter, *http.Request, TokenConfig) {
 	return func(w http.ResponseWriter, r *http.Request, who TokenConfig) {
-		if wait, ok := s.limit(who.Principal, ""); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		if ex := s.limits.Take(who.Principal, ""); ex != nil {
+			w.Header().Set("Retry-After", strconv.Itoa(ex.RetryAfter()))
 			problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
 			return
 		}
@@ -773,42 +772,6 @@ func jsonFields(v any) []string {
 	return names
 }
 
-// limit takes a token from the principal's and the tool's buckets. When
-// either is empty it reports how long to wait, and takes nothing.
-func (s *Server) limit(principal, tool string) (time.Duration, bool) {
-	now := time.Now()
-	var rs []*rate.Reservation
-	for _, b := range []*rate.Limiter{s.limiter(s.principals, principal, s.cfg.RateLimits.PerPrincipal), s.limiter(s.tools, tool, s.cfg.RateLimits.PerTool)} {
-		if b == nil {
-			continue
-		}
-		res := b.ReserveN(now, 1)
-		if d := res.DelayFrom(now); !res.OK() || d > 0 {
-			res.CancelAt(now)
-			for _, taken := range rs {
-				taken.CancelAt(now)
-			}
-			return max(d, time.Second), false
-		}
-		rs = append(rs, res)
-	}
-	return 0, true
-}
-
-func (s *Server) limiter(m map[string]*rate.Limiter, key string, r Rate) *rate.Limiter {
-	if r.PerSecond <= 0 || key == "" {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := m[key]
-	if l == nil {
-		l = rate.NewLimiter(rate.Limit(r.PerSecond), r.Burst)
-		m[key] = l
-	}
-	return l
-}
-
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ TokenConfig) {
 	var out []tools.Declaration
 	for _, e := range s.rt.Registry().Entries() {
@@ -944,8 +907,8 @@ type executeIntentRequest struct {
 // of tool, unless ""), then into one of the server's execution slots, which
 // release gives back. Otherwise it answers 429 or 503 and reports false.
 func (s *Server) admit(w http.ResponseWriter, principal, tool string) (release func(), ok bool) {
-	if wait, ok := s.limit(principal, tool); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	if ex := s.limits.Take(principal, tool); ex != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(ex.RetryAfter()))
 		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
 		return nil, false
 	}
@@ -965,13 +928,25 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	if !s.decode(w, r, &req) {
 		return
 	}
-	release, ok := s.admit(w, who.Principal, "")
+	// The intent names its tool, whose rate limit applies as to a direct
+	// call. An intent that cannot be found or is malformed is refused by
+	// Execute below, with its code; a store that cannot be read refuses
+	// the request here, as Execute would.
+	ctx := context.WithoutCancel(r.Context()) // as for a direct call: a client that leaves cancels nothing
+	tool := ""
+	if in, err := s.rt.Intent(ctx, r.PathValue("id")); err == nil {
+		tool = in.Tool
+	} else if !errors.As(err, new(*tgruntime.IntentError)) {
+		s.answer(w, nil, err)
+		return
+	}
+	release, ok := s.admit(w, who.Principal, tool)
 	if !ok {
 		return
 	}
 	defer release()
 	s.extendWriteDeadline(w)
-	res, err := s.rt.Execute(context.WithoutCancel(r.Context()), tgruntime.Invocation{
+	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal,
 		Grants: s.callerGrants(who), Token: callerToken(who)})
 	var ie *tgruntime.IntentError

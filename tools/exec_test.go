@@ -263,6 +263,39 @@ func TestExecTools_Flood(t *testing.T) {
 	}
 }
 
+// Without max_stdout_bytes and max_stderr_bytes, exec_capture and
+// exec_with_input keep 64 KiB of each stream (the bounded process tools
+// document (004) section 6, phase 1: no oversized output capture), say
+// they truncated, and count every byte; exec_status keeps a 4 KiB stderr
+// summary and no stdout.
+func TestExecTools_DefaultCaps(t *testing.T) {
+	exe := childBinary(t)
+	rt := openExecRuntime(t, caps(t, "process.exec:"+exe, "filesystem.read"))
+	const n = 1 << 20 // 1 MiB on each stream
+	for _, tc := range []struct {
+		tool  string
+		input map[string]any
+	}{
+		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"flood", strconv.Itoa(n)}}},
+		{tools.ExecWithInputID, map[string]any{"command": exe, "args": []string{"flood", strconv.Itoa(n)}, "stdin": ""}},
+	} {
+		out := completed(t, rt, tc.tool, tc.input)
+		if s, _ := out["stdout"].(string); s != strings.Repeat("x", 65536) || out["stdout_truncated"] != true || out["stdout_bytes"] != float64(n) {
+			t.Errorf("%s: stdout kept %d bytes, truncated %v, counted %v; want 65536, true, %d", tc.tool, len(s), out["stdout_truncated"], out["stdout_bytes"], n)
+		}
+		if s, _ := out["stderr"].(string); s != strings.Repeat("x", 65536) || out["stderr_truncated"] != true || out["stderr_bytes"] != float64(n) {
+			t.Errorf("%s: stderr kept %d bytes, truncated %v, counted %v; want 65536, true, %d", tc.tool, len(s), out["stderr_truncated"], out["stderr_bytes"], n)
+		}
+	}
+	out := completed(t, rt, tools.ExecStatusID, map[string]any{"command": exe, "args": []string{"flood", strconv.Itoa(n)}})
+	if s, _ := out["stderr"].(string); len(s) != 4096 || out["stderr_truncated"] != true || out["stderr_bytes"] != float64(n) {
+		t.Errorf("exec_status: stderr %d bytes, truncated %v; want a 4096-byte summary", len(s), out["stderr_truncated"])
+	}
+	if _, ok := out["stdout"]; ok {
+		t.Errorf("exec_status returned stdout")
+	}
+}
+
 // stdin goes to the process as given, and comes back through cat.
 func TestExecTools_StdinRoundTrip(t *testing.T) {
 	exe := childBinary(t)
@@ -553,7 +586,10 @@ func TestExecTools_Grants(t *testing.T) {
 }
 
 // Replay: the same input gives the same result in every field but
-// duration_ms, in the same order.
+// duration_ms, in the same order. And each case's result is the one its
+// process gives (the success path of each tool, 004 section 7): a tool
+// that ignored its input, or returned another process's result, would
+// replay too, but fails here.
 func TestExecTools_Replay(t *testing.T) {
 	dir := t.TempDir()
 	exe := childBinary(t)
@@ -561,16 +597,25 @@ func TestExecTools_Replay(t *testing.T) {
 	for _, tc := range []struct {
 		tool  string
 		input map[string]any
+		want  map[string]any // fields of the result, as decoded from JSON
 	}{
-		{tools.ExecStatusID, map[string]any{"command": exe, "args": []string{"exit", "4", "bad"}}},
-		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"argv", "a", "-b"}, "cwd": dir, "env": map[string]string{"Z": "1", "A": "2"}}},
-		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"flood", "5000"}, "max_stdout_bytes": 100, "max_stderr_bytes": 10}},
-		{tools.ExecWithInputID, map[string]any{"command": exe, "args": []string{"cat"}, "stdin": "abc"}},
-		{tools.ExecID, map[string]any{"command": exe, "args": []string{"env"}}},
+		{tools.ExecStatusID, map[string]any{"command": exe, "args": []string{"exit", "4", "bad"}},
+			map[string]any{"success": false, "exit_code": 4.0, "stderr": "bad\n", "operation": tools.ExecStatusID}},
+		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"argv", "a", "-b"}, "cwd": dir, "env": map[string]string{"Z": "1", "A": "2"}},
+			map[string]any{"success": true, "exit_code": 0.0, "stdout": `["a","-b"]`, "cwd": dir, "stdout_truncated": false}},
+		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"flood", "5000"}, "max_stdout_bytes": 100, "max_stderr_bytes": 10},
+			map[string]any{"success": true, "stdout": strings.Repeat("x", 100), "stderr": strings.Repeat("x", 10),
+				"stdout_truncated": true, "stderr_truncated": true, "stdout_bytes": 5000.0, "stderr_bytes": 5000.0}},
+		{tools.ExecWithInputID, map[string]any{"command": exe, "args": []string{"cat"}, "stdin": "abc"},
+			map[string]any{"success": true, "stdout": "abc", "stdout_bytes": 3.0, "operation": tools.ExecWithInputID}},
+		{tools.ExecID, map[string]any{"command": exe, "args": []string{"env"}},
+			map[string]any{"success": true, "stdout": "PATH=" + tools.DefaultSearchPath + "\n", "operation": tools.ExecID}},
 		// Stopped by timeout_seconds: the partial output, timed_out and the
 		// signal replay too.
-		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"sleep", "60"}, "timeout_seconds": 0.2}},
-		{tools.WhichCommandID, map[string]any{"command": exe}},
+		{tools.ExecCaptureID, map[string]any{"command": exe, "args": []string{"sleep", "60"}, "timeout_seconds": 0.2},
+			map[string]any{"success": false, "timed_out": true, "stdout": "partial\n"}},
+		{tools.WhichCommandID, map[string]any{"command": exe},
+			map[string]any{"found": true, "path": exe, "granted": true}},
 	} {
 		var outs [2]string
 		for i := range outs {
@@ -578,13 +623,17 @@ func TestExecTools_Replay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", tc.tool, err)
 			}
-			var m map[string]json.RawMessage
-			json.Unmarshal(res.Output, &m)
+			var m map[string]any
+			if err := json.Unmarshal(res.Output, &m); err != nil {
+				t.Fatalf("%s: %v", tc.tool, err)
+			}
 			if _, ok := m["duration_ms"]; !ok {
 				t.Fatalf("%s: no duration_ms in %s", tc.tool, res.Output)
 			}
-			if to, ok := tc.input["timeout_seconds"]; ok && (string(m["timed_out"]) != "true" || string(m["stdout"]) != `"partial\n"`) {
-				t.Fatalf("%s with timeout_seconds %v: %s; want timed_out with the partial output", tc.tool, to, res.Output)
+			for k, v := range tc.want {
+				if got, ok := m[k]; !ok || got != v {
+					t.Errorf("%s %v: %s = %#v; want %#v", tc.tool, tc.input["args"], k, got, v)
+				}
 			}
 			// Blank the one field allowed to differ, keeping the byte
 			// order of everything else.

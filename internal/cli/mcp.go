@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +48,13 @@ for clients of protocol 2025-11-25 (sessions) and 2026-07-28 (stateless)
 alike. Callers authenticate with bearer tokens that the config file of
 'toolgate serve' (--config) maps to principals.
 
+The config file's "rateLimits" limit tools/calls as they limit toolgate
+serve's executions, per principal and per tool, over stdio too (--config
+without --http: its tokens are then unused). A call past a limit runs
+nothing: it is answered with an error result (ResourceError rate_limited)
+whose retryAfter says how many seconds to wait, and logged on stderr. The
+buckets are this process's own, also when several share one Postgres.
+
 A registry file's mcp_servers put other MCP servers behind toolgate: each of
 their tools is served as NAME.TOOL, governed like any other tool (it requires
 mcp.call:NAME/TOOL; a grant of mcp.call:NAME covers the server).
@@ -86,18 +94,19 @@ than one made out of band; it is off unless you turn it on.`,
 			}
 			warnBroadGrants(stdio.Err, grants)
 			var cfg *server.Config
-			if addr != "" {
-				if config == "" {
-					return usageErr("--http needs --config FILE: it maps bearer tokens to principals (see 'toolgate serve --help')")
-				}
+			if addr == "" && remote {
+				return usageErr("--allow-remote goes with --http")
+			}
+			if addr != "" && config == "" {
+				return usageErr("--http needs --config FILE: it maps bearer tokens to principals (see 'toolgate serve --help')")
+			}
+			if config != "" {
 				if cfg, err = server.LoadConfig(config); err != nil {
 					return usageErr("%v", err)
 				}
-				if !server.IsLoopback(addr) && !remote {
-					return usageErr("--http %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
-				}
-			} else if config != "" || remote {
-				return usageErr("--config and --allow-remote go with --http")
+			}
+			if addr != "" && !server.IsLoopback(addr) && !remote {
+				return usageErr("--http %s is not a loopback address: pass --allow-remote to serve beyond this machine", addr)
 			}
 			policy, perr := g.policy()
 			if perr != nil {
@@ -126,11 +135,18 @@ than one made out of band; it is off unless you turn it on.`,
 				return err
 			}
 			defer rt.Close(context.Background())
-			srv, err := mcp.New(rt, &mcp.Options{
+			mopts := &mcp.Options{
 				Principal: who, Grants: grants, Version: "dev", TracerProvider: opts.TracerProvider,
 				ApproveHint: approveHint(g), ProgressInterval: progressEvery,
 				ApproveViaElicitation: elicit,
-			})
+				// A rate-limited call is answered, and logged on stderr as
+				// toolgate serve's request log logs a 429.
+				RefusalLog: slog.New(slog.NewTextHandler(stdio.Err, nil)),
+			}
+			if cfg != nil {
+				mopts.RateLimits = cfg.RateLimits // as toolgate serve's
+			}
+			srv, err := mcp.New(rt, mopts)
 			if err != nil {
 				return usageErr("%v", err)
 			}
@@ -177,7 +193,7 @@ than one made out of band; it is off unless you turn it on.`,
 	cmd.Flags().StringVar(&who, "principal", "", "run every stdio call as this principal of the policy (default: mcp:$USER)")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "grant a capability to every call, e.g. filesystem.read:. (repeatable)")
 	cmd.Flags().StringVar(&addr, "http", "", "serve streamable HTTP on this address instead of stdio")
-	cmd.Flags().StringVar(&config, "config", "", "with --http: the server config file mapping bearer tokens to principals")
+	cmd.Flags().StringVar(&config, "config", "", "toolgate serve's config file: bearer tokens (with --http), rate limits, idempotency TTL")
 	cmd.Flags().BoolVar(&remote, "allow-remote", false, "with --http: allow an address beyond loopback")
 	cmd.Flags().BoolVar(&elicit, "approve-via-elicitation", false, "let the client ask its user to approve a call that requires approval (recorded via elicitation)")
 	cmd.Flags().BoolVar(&noSocket, "no-local-socket", false, "serve the CLI of this OS user no Unix socket next to the database (see 'toolgate intent approve --help')")

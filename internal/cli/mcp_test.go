@@ -26,7 +26,7 @@ func TestMCP_Refusals(t *testing.T) {
 		want string
 	}{
 		{[]string{"mcp", "--http", "127.0.0.1:0"}, "--config"},
-		{[]string{"mcp", "--config", cfg}, "go with --http"},
+		{[]string{"mcp", "--allow-remote"}, "goes with --http"},
 		{[]string{"mcp", "--http", "0.0.0.0:0", "--config", cfg}, "--allow-remote"},
 		{[]string{"mcp", "--principal", "bad\nname"}, "--principal"},
 		{[]string{"mcp", "--allow", "Not A Capability"}, "--allow"},
