@@ -13,6 +13,10 @@
 #      protected-resource metadata in the challenge);
 #   5. toolgate audit verify passes.
 #
+# Hydra keeps its data in the Postgres of $TOOLGATE_TEST_POSTGRES (run this
+# under scripts/pg-test.sh run), so that it builds without cgo (its SQLite
+# needs it).
+#
 # HYDRA_BIN: a hydra binary to use instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +68,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 PUB=$(free_port); ADM=$(free_port); TG_PORT=$(free_port); MCP_PORT=$(free_port)
 issuer=http://127.0.0.1:$PUB/
 
-DSN=memory URLS_SELF_ISSUER=$issuer STRATEGIES_ACCESS_TOKEN=jwt \
+[ -n "${TOOLGATE_TEST_POSTGRES:-}" ] || fail "TOOLGATE_TEST_POSTGRES is not set: run it as bash scripts/pg-test.sh run bash $0"
+export DSN=$TOOLGATE_TEST_POSTGRES
+"$hydra" migrate sql up -e --yes >"$tmp/migrate.log" 2>&1 || { cat "$tmp/migrate.log"; fail "hydra migrate"; }
+URLS_SELF_ISSUER=$issuer STRATEGIES_ACCESS_TOKEN=jwt \
   SECRETS_SYSTEM=toolgate-interop-secret-0123456789 \
   SERVE_PUBLIC_HOST=127.0.0.1 SERVE_PUBLIC_PORT=$PUB SERVE_ADMIN_HOST=127.0.0.1 SERVE_ADMIN_PORT=$ADM \
   LOG_LEVEL=warn "$hydra" serve all --dev >"$tmp/hydra.log" 2>&1 &
@@ -85,10 +92,11 @@ csecret=$(printf '%s' "$client" | python3 -c 'import json,sys; print(json.load(s
 say "client $cid registered"
 
 token_for() { # AUDIENCE -> an access token by client credentials, from Hydra's token endpoint
-  curl -sf -X POST "http://127.0.0.1:$PUB/oauth2/token" \
+  curl -sS -X POST "http://127.0.0.1:$PUB/oauth2/token" \
     -d grant_type=client_credentials -d "client_id=$cid" -d "client_secret=$csecret" \
-    -d scope=tools.call -d "audience=$1" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])'
+    -d scope=tools.call -d "audience=$1" >"$tmp/token.json"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["access_token"])' "$tmp/token.json" ||
+    fail "Hydra's token endpoint answered: $(cat "$tmp/token.json")"
 }
 tok=$(token_for "$resource")
 [ "$(printf '%s' "$tok" | tr -cd . | wc -c)" = 2 ] || fail "Hydra issued no JWT access token: $tok"
@@ -139,7 +147,8 @@ print("interop-hydra: the record: principal %s, token of %s for %s (sha256 %s...
 
 # MCP over streamable HTTP with a token for its own resource.
 "$tg" mcp --http "127.0.0.1:$MCP_PORT" --config "$tmp/mcp.json" --policy "$tmp/policy.json" 2>"$tmp/mcp.log" &
-pids+=($!)
+mcpsrv=$!
+pids+=($mcpsrv)
 mtok=$(token_for "$mcpresource")
 init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
 code=$(curl -s -o "$tmp/init.out" -w '%{http_code}' --retry 20 --retry-connrefused --retry-delay 1 \
@@ -151,6 +160,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok" -H
   -H 'Accept: application/json, text/event-stream' -d "$init" "$mcpresource")
 [ "$code" = 401 ] || fail "mcp --http took a token for serve's audience: $code"
 say "mcp --http: a token for another audience: 401"
+kill -TERM "$mcpsrv"; wait "$mcpsrv" || true
 
 "$tg" audit verify >/dev/null || fail "audit verify"
 say "audit verify: ok"
