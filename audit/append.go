@@ -127,6 +127,15 @@ func (e *Event) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
+	if tk := e.Token; tk != nil {
+		b = append(b, `,"token":{"iss":`...)
+		b = appendJSONString(b, tk.Issuer)
+		b = append(b, `,"sub":`...)
+		b = appendJSONString(b, tk.Subject)
+		b = append(b, `,"sha256":`...)
+		b = appendJSONString(b, tk.SHA256)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 

@@ -56,6 +56,9 @@ func TestEvent_AppendJSON(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.Intent = &audit.IntentAction{ID: str(), Hash: str(), Action: str(), Code: str(), Reason: str(), Via: str(), Signer: str(), Signature: str()}
 		}
+		if rng.IntN(2) == 0 {
+			e.Token = &audit.Token{Issuer: str(), Subject: str(), SHA256: str()}
+		}
 		want, err := json.Marshal(e)
 		if err != nil {
 			t.Fatal(err)

@@ -68,6 +68,16 @@ type Event struct {
 	// "imported" marks an event written when a database of an earlier
 	// version, whose intents were not audited, was first opened.
 	Intent *IntentAction `json:"intent,omitempty"`
+	// Token names the OAuth access token the call was made under, when it
+	// came with one: its issuer, subject and SHA-256, never the token.
+	Token *Token `json:"token,omitempty"`
+}
+
+// Token identifies an OAuth access token without holding it.
+type Token struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
+	SHA256  string `json:"sha256"` // hex SHA-256 of the token
 }
 
 // The actions of an intent's history, in [IntentAction.Action].

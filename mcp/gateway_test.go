@@ -162,9 +162,17 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 		}
 		names[tool.Name] = true
 	}
-	for _, want := range []string{"up.echo", "up.secret", "up.gated", "up.fail", "up.plain", "up.slow", "up.echo--1.2.3"} {
+	for _, want := range []string{"up.echo", "up.gated", "up.fail", "up.slow", "up.echo--1.2.3"} {
 		if !names[want] {
 			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+	// The caller sees only the tools its grants let it call: up.secret and
+	// up.plain, whose mcp.call it was not granted, are not listed (and a
+	// call of one is still decided, below).
+	for _, hidden := range []string{"up.secret", "up.plain"} {
+		if names[hidden] {
+			t.Errorf("tools/list shows %s, which the caller may not call", hidden)
 		}
 	}
 	if names["up.nodesc"] {

@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/ratelimit"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -103,6 +104,7 @@ type Server struct {
 	stateKey []byte // signs the request state of approval questions
 	tracer   trace.Tracer
 	skipped  []string
+	entries  map[string]*tools.Entry // by MCP name, for tools/list's filter
 	// wrapped holds the tools whose output is not an object: their
 	// structured content is {"result": OUTPUT} (see outputSchema).
 	wrapped  map[toolVersion]bool
@@ -152,8 +154,11 @@ func New(rt *tgruntime.Runtime, opts *Options) (*Server, error) {
 	}
 	s.tagKey = "io.toolgate/rpc-" + randomHex(8)
 	s.stateKey = []byte(randomHex(32))
+	s.entries = map[string]*tools.Entry{}
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: s.opts.Name, Version: s.opts.Version},
-		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}})
+		&sdk.ServerOptions{Logger: s.opts.Logger, Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+			SetCacheable: privateToolList})
+	s.sdk.AddReceivingMiddleware(s.visibleTools)
 
 	reg := rt.Registry()
 	for _, e := range reg.Entries() {
@@ -234,6 +239,7 @@ func (s *Server) add(e *tools.Entry, name string) {
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return s.call(ctx, req, e, &d) // d read once, not per call
 	})
+	s.entries[name] = e
 }
 
 // annotations derives the MCP hints from a declaration.
@@ -262,6 +268,8 @@ func ptr[T any](v T) *T { return &v }
 // request is what a tools/call carries besides its arguments.
 type request struct {
 	principal string
+	grants    []capability.Capability // Options.Grants, and what the policy grants an OAuth token's scopes and claims
+	token     *audit.Token            // the OAuth access token the call came with, if any
 	callID    string
 	session   string
 	rpcID     string
@@ -269,10 +277,8 @@ type request struct {
 }
 
 func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
-	r := request{principal: s.opts.Principal}
-	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
-		r.principal = req.Extra.TokenInfo.UserID
-	}
+	r := request{}
+	r.principal, r.grants, r.token = s.caller(req.Extra)
 	meta := req.Params.Meta
 	if v, ok := meta[s.tagKey].(string); ok {
 		r.session, r.rpcID, _ = strings.Cut(v, " ")
@@ -291,6 +297,27 @@ func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 		r.key = key
 	}
 	return r, nil
+}
+
+// caller is who a request comes from: Options.Principal over stdio, the
+// principal of its bearer token over HTTP; the grants its calls carry
+// (Options.Grants, and what the policy grants an OAuth token's scopes and
+// claims); and the token, for the records.
+func (s *Server) caller(extra *sdk.RequestExtra) (principal string, grants []capability.Capability, token *audit.Token) {
+	principal, grants = s.opts.Principal, s.opts.Grants
+	if extra == nil || extra.TokenInfo == nil || extra.TokenInfo.UserID == "" {
+		return principal, grants, nil
+	}
+	principal = extra.TokenInfo.UserID
+	if id, ok := extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
+		token = &audit.Token{Issuer: id.Issuer, Subject: id.Subject, SHA256: id.TokenSHA256}
+		grants = slices.Clone(s.opts.Grants)
+		pol := s.rt.Policy()
+		for _, sub := range id.PolicySubjects() {
+			grants = append(grants, pol.Grants(sub)...)
+		}
+	}
+	return principal, grants, token
 }
 
 var callIDSafe = regexp.MustCompile(`^[0-9A-Za-z._-]+$`)
@@ -354,7 +381,7 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 	}
 	inv := tgruntime.Invocation{
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
-		Principal: r.principal, Grants: s.opts.Grants, IdempotencyKey: r.key,
+		Principal: r.principal, Grants: r.grants, Token: r.token, IdempotencyKey: r.key,
 	}
 	ctx, stop := s.progress(ctx, req, d)
 	defer stop()
@@ -524,7 +551,7 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	defer stop()
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
-		Principal: r.principal, Grants: s.opts.Grants,
+		Principal: r.principal, Grants: r.grants, Token: r.token,
 	})
 	return s.answer(res, err)
 }

@@ -9,11 +9,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolgate/toolgate/oauth"
 )
 
 func invalidParams(msg string) error {
@@ -67,6 +70,14 @@ type HTTPOptions struct {
 	// a token it maps to "" is refused like one it does not know (401). Nil
 	// means no authentication: every call runs as Options.Principal.
 	Authenticate func(token string) (principal string, ok bool)
+	// OAuth, if set, checks a bearer token that Authenticate does not know
+	// (or every token, without Authenticate) as an OAuth 2.1 access token:
+	// its principal, and what the policy grants its scopes and claims, are
+	// the call's, and the call's records name its issuer, subject and
+	// hash. A refused token is answered with the challenge the MCP
+	// authorization specification asks for (see package oauth). Serve the
+	// verifier's MetadataHandler at oauth.MetadataPath beside Handler.
+	OAuth *oauth.Verifier
 	// MaxBodyBytes bounds a request's body; default 4 MiB. A larger one is
 	// answered 413.
 	MaxBodyBytes int64
@@ -141,19 +152,72 @@ func (s *Server) Handler(opts *HTTPOptions) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-	if o.Authenticate != nil {
-		verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-			p, ok := o.Authenticate(token)
-			if !ok || p == "" {
-				// A token that maps to no principal is refused: its calls
-				// would run as Options.Principal.
-				return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
+	if o.Authenticate != nil || o.OAuth != nil {
+		// The token is checked here, for the challenges the
+		// specification asks for; the SDK's middleware then takes what was
+		// found, so that its sessions stay bound to their user.
+		inner := auth.RequireBearerToken(func(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+			if ti, ok := r.Context().Value(verifiedKey{}).(*auth.TokenInfo); ok {
+				return ti, nil
 			}
-			return &auth.TokenInfo{UserID: p, Expiration: time.Now().Add(24 * time.Hour)}, nil
-		}
-		h = auth.RequireBearerToken(verify, nil)(h)
+			return nil, auth.ErrInvalidToken
+		}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+				challenge(w, o.OAuth, nil, "no bearer token")
+				return
+			}
+			var ti *auth.TokenInfo
+			if o.Authenticate != nil {
+				// A token that maps to no principal is refused: its
+				// calls would run as Options.Principal.
+				if p, ok := o.Authenticate(token); ok && p != "" {
+					ti = &auth.TokenInfo{UserID: p}
+				}
+			}
+			if ti == nil && o.OAuth != nil {
+				id, err := o.OAuth.Verify(r.Context(), token)
+				if err != nil {
+					challenge(w, o.OAuth, err, err.Error())
+					return
+				}
+				ti = &auth.TokenInfo{UserID: id.Principal, Scopes: id.Scopes, Expiration: id.Expires,
+					Extra: map[string]any{identityKey: id}}
+			}
+			if ti == nil {
+				challenge(w, o.OAuth, &oauth.Error{Kind: oauth.ErrInvalidToken, Reason: "unknown token"}, "unknown token")
+				return
+			}
+			inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verifiedKey{}, ti)))
+		})
 	}
 	return h
+}
+
+type verifiedKey struct{}
+
+// identityKey holds an OAuth token's *oauth.Identity in auth.TokenInfo.Extra.
+const identityKey = "io.toolgate/identity"
+
+// challenge refuses a request's token: 401 with WWW-Authenticate (naming
+// the protected-resource metadata under OAuth), 403 for a missing scope,
+// 503 when the issuer's keys cannot be fetched now.
+func challenge(w http.ResponseWriter, v *oauth.Verifier, err error, msg string) {
+	status, h := http.StatusUnauthorized, `Bearer realm="toolgate"`
+	if err != nil {
+		h += `, error="invalid_token"`
+	}
+	if v != nil {
+		status, h = v.Challenge(err)
+	}
+	if h != "" {
+		w.Header().Set("WWW-Authenticate", h)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	http.Error(w, msg, status)
 }
 
 // refuse answers a POST the SDK is not given, with the protocol's error:

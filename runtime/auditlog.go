@@ -43,6 +43,7 @@ func auditEvents(ids *uuid.Generator, rec *txn.Record, hist []lifecycle.Transiti
 			UserID:       rec.Principal,
 			Capabilities: rec.Capabilities,
 			InputHash:    rec.InputHash,
+			Token:        auditToken(rec.Token),
 		}
 		if t.To.Terminal() || t.To == lifecycle.Aborted {
 			d := t.At.Sub(start).Milliseconds()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/audit"
 	"io/fs"
 	"os"
 	"reflect"
@@ -304,6 +305,25 @@ func checkIdentity(principal, callID string) error {
 		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || strings.ContainsRune("._:-", r))
 	}) >= 0:
 		return badIdentity("call id", callID, "only letters, digits and . _ : - are allowed")
+	}
+	return nil
+}
+
+// checkToken refuses an invocation's token reference that a record could
+// not hold as it is: an issuer or subject longer than MaxPrincipal bytes or
+// not printable, a hash that is not 64 lowercase hex digits.
+func checkToken(t *audit.Token) error {
+	if t == nil {
+		return nil
+	}
+	if err := checkPrincipal(t.Issuer); err != nil || t.Issuer == "" {
+		return badIdentity("token issuer", t.Issuer, "not printable text of 1 to 256 bytes")
+	}
+	if err := checkPrincipal(t.Subject); err != nil {
+		return badIdentity("token subject", t.Subject, "not printable text of at most 256 bytes")
+	}
+	if len(t.SHA256) != 64 || strings.Trim(t.SHA256, "0123456789abcdef") != "" {
+		return badIdentity("token hash", t.SHA256, "not 64 lowercase hex digits")
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	if err := checkIdentity(inv.Principal, inv.CallID); err != nil {
 		return nil, err // before anything is recorded, an intent's refusal included
 	}
+	if err := checkToken(inv.Token); err != nil {
+		return nil, err
+	}
 	var (
 		intent *Intent
 		entry  *tools.Entry
@@ -286,6 +289,7 @@ func (c *call) attempt(ctx context.Context, n int) (att Attempt, out json.RawMes
 		Principal:   c.inv.Principal,
 		InputHash:   c.inputHash,
 		StartedAt:   m.Created(),
+		Token:       tokenRef(c.inv.Token),
 	}
 	c.decision, c.grants, c.stage = nil, nil, nil // decided afresh by each attempt
 	if c.span == nil {
@@ -731,4 +735,20 @@ func hashJSON(b []byte) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// tokenRef is the record's form of an invocation's token.
+func tokenRef(t *audit.Token) *txn.TokenRef {
+	if t == nil {
+		return nil
+	}
+	return &txn.TokenRef{Issuer: t.Issuer, Subject: t.Subject, SHA256: t.SHA256}
+}
+
+// auditToken is the audit event's form of a record's token.
+func auditToken(t *txn.TokenRef) *audit.Token {
+	if t == nil {
+		return nil
+	}
+	return &audit.Token{Issuer: t.Issuer, Subject: t.Subject, SHA256: t.SHA256}
 }

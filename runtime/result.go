@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/json"
+	"github.com/toolgate/toolgate/audit"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -16,6 +17,11 @@ type Invocation struct {
 	Input     json.RawMessage // the arguments, validated against the input schema
 	CallID    string          // shared by every attempt; "" means a new UUID
 	Principal string          // who asks; "" means "anonymous"
+	// Token names the OAuth access token the call came with, if any (its
+	// issuer, subject and SHA-256, never the token): kept in every record
+	// and audit event of the call. A front end that authenticates OAuth
+	// tokens sets it (see package oauth).
+	Token *audit.Token
 	// Grants are capabilities granted for this call only, on top of what
 	// Options.Grants gives the principal (the CLI's --allow).
 	Grants []capability.Capability

@@ -207,6 +207,8 @@ func compareExecution(key string, rec *txn.Record, evs []audit.Event) []Discrepa
 			bad("attempt", "the record is attempt %d, the audit log %d", rec.Attempt, e.Attempt)
 		case e.UserID != rec.Principal:
 			bad("principal", "the record names %q, the audit log %q", rec.Principal, e.UserID)
+		case !sameToken(rec.Token, e.Token):
+			bad("token", "the record names the token %s, the audit log %s", showToken(auditToken(rec.Token)), showToken(e.Token))
 		case !slices.Equal(e.Capabilities, nonNil(rec.Capabilities)):
 			bad("capabilities", "the record lists %v, the audit log %v", rec.Capabilities, e.Capabilities)
 		case e.InputHash != rec.InputHash:
@@ -934,4 +936,18 @@ func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
 	return r.store.UpdateState(ctx, func(v *txn.StateView) error {
 		return v.Put(nsMeta, intentsAudited, []byte(r.opts.Now().UTC().Format(time.RFC3339Nano)))
 	}, events...)
+}
+
+func sameToken(r *txn.TokenRef, e *audit.Token) bool {
+	if r == nil || e == nil {
+		return r == nil && e == nil
+	}
+	return r.Issuer == e.Issuer && r.Subject == e.Subject && r.SHA256 == e.SHA256
+}
+
+func showToken(t *audit.Token) string {
+	if t == nil {
+		return "(none)"
+	}
+	return fmt.Sprintf("of %s for %q (sha256 %s)", t.Issuer, t.Subject, short(t.SHA256))
 }

@@ -30,7 +30,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # The pages whose walkthroughs run after the README's, in this order: each
 # goes on from the state the ones before it left (the installed toolgate,
 # the scratch directory, its files and database).
-pages=(README.md docs/cli.md docs/policy.md docs/registry.md docs/approvals.md docs/http.md docs/mcp.md docs/audit.md)
+pages=(README.md docs/cli.md docs/policy.md docs/registry.md docs/approvals.md docs/http.md docs/oauth.md docs/mcp.md docs/audit.md)
 
 # extract writes the marked blocks as one script. Each block starts with a
 # comment naming its file and line, and the command that runs is

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolgate/toolgate/oauth"
 	"net/http"
 	"net/url"
 	"os"
@@ -56,6 +57,11 @@ type Config struct {
 	IdempotencyTTL Duration `json:"idempotencyTTL"`
 	// Notify says whom to tell when an intent waits for approval.
 	Notify NotifyConfig `json:"notify"`
+	// OAuth, if set, also accepts OAuth 2.1 access tokens of the
+	// organisation's authorization server (package oauth): a bearer token
+	// that is not one of Tokens is checked as a JWT access token, and the
+	// server publishes its protected-resource metadata.
+	OAuth *oauth.Config `json:"oauth,omitempty"`
 }
 
 // NotifyConfig is where new pending intents are announced.
@@ -132,6 +138,9 @@ type TokenConfig struct {
 	Principal string `json:"principal"`
 	SHA256    string `json:"sha256"`   // hex SHA-256 of the token
 	Approver  bool   `json:"approver"` // may approve intents
+	// Identity is set for a request made with an OAuth access token: who
+	// the token names (never in a config file).
+	Identity *oauth.Identity `json:"-"`
 }
 
 // RateLimits are token buckets per principal and per tool; zero means no
@@ -204,6 +213,11 @@ func (c *Config) check() error {
 	}
 	if err := c.RateLimits.Check(); err != nil {
 		return err
+	}
+	if c.OAuth != nil {
+		if err := c.OAuth.Check(); err != nil {
+			return fmt.Errorf("oauth.%v", err)
+		}
 	}
 	if c.MaxConcurrent < 0 || c.MaxBodyBytes < 0 {
 		return errors.New("maxConcurrent and maxBodyBytes must not be negative")

@@ -37,9 +37,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/ratelimit"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -60,6 +62,9 @@ type Server struct {
 	closing bool
 
 	handler http.Handler
+
+	oauth     *oauth.Verifier    // nil without an oauth config
+	stopOAuth context.CancelFunc // ends the verifier's key refreshes
 
 	bodies chan struct{} // the request bodies read or held at once (withBody)
 }
@@ -100,6 +105,16 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	if opts != nil && opts.Logger != nil {
 		s.log = opts.Logger
 	}
+	s.stopOAuth = func() {}
+	if c.OAuth != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		v, err := oauth.NewVerifier(ctx, *c.OAuth, nil)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("oauth.%v", err)
+		}
+		s.oauth, s.stopOAuth = v, cancel
+	}
 	mux := http.NewServeMux()
 	routes := []struct {
 		method, path string
@@ -135,6 +150,11 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 			w.Header().Set("Allow", allow)
 			problem(w, http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", r.Method+" is not allowed on "+r.URL.Path+"; use "+allow, nil)
 		})
+	}
+	if s.oauth != nil {
+		// RFC 9728: the metadata of this server's resource, at the path
+		// its challenges name.
+		mux.Handle(oauth.MetadataPath(c.OAuth.Resource), s.oauth.MetadataHandler())
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not-found", "No such endpoint", r.Method+" "+r.URL.Path+" is not an endpoint of this server", nil)
@@ -213,6 +233,7 @@ const answerDrain = 2 * time.Second
 // whose handlers then answer the aborted result; only then, or answerDrain
 // later at the latest, does hs close its connections.
 func (s *Server) Shutdown(hs *http.Server) error {
+	defer s.stopOAuth()
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
@@ -263,25 +284,90 @@ func (s *Server) limited(h func(http.ResponseWriter, *http.Request, TokenConfig)
 	}
 }
 
-// auth authenticates the bearer token and passes its principal on.
+// auth authenticates the bearer token and passes its principal on: a
+// token of the config file, else (with an oauth config) an OAuth access
+// token, which must verify.
 func (s *Server) auth(h func(http.ResponseWriter, *http.Request, TokenConfig)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		v := r.Header.Get("Authorization")
 		scheme, token, ok := strings.Cut(v, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			problem(w, http.StatusUnauthorized, "unauthorized", "Missing bearer token", "send Authorization: Bearer <token>", nil)
+			s.challenge(w, nil, "Missing bearer token", "send Authorization: Bearer <token>")
 			return
 		}
 		t, ok := s.cfg.authenticate(token)
+		if !ok && s.oauth != nil {
+			id, err := s.oauth.Verify(r.Context(), token)
+			if err != nil {
+				s.challenge(w, err, "Invalid token", err.Error())
+				return
+			}
+			t, ok = TokenConfig{Principal: id.Principal, Approver: id.Approver, Identity: id}, true
+		}
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate", error="invalid_token"`)
-			problem(w, http.StatusUnauthorized, "unauthorized", "Invalid token", "the bearer token is not known", nil)
+			s.challenge(w, errUnknownToken, "Invalid token", "the bearer token is not known")
 			return
 		}
 		noted(w).principal = t.Principal
 		h(w, r, t)
 	}
+}
+
+var errUnknownToken = errors.New("unknown token")
+
+// challenge refuses a request's token: 401 with WWW-Authenticate (naming
+// the protected-resource metadata when OAuth is configured), 403 for a
+// token without a required scope, 503 when the issuer's keys cannot be
+// fetched.
+func (s *Server) challenge(w http.ResponseWriter, err error, title, detail string) {
+	if s.oauth == nil {
+		h := `Bearer realm="toolgate"`
+		if err != nil {
+			h += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", h)
+		problem(w, http.StatusUnauthorized, "unauthorized", title, detail, nil)
+		return
+	}
+	status, h := s.oauth.Challenge(err)
+	if err == errUnknownToken {
+		status, h = s.oauth.Challenge(&oauth.Error{Kind: oauth.ErrInvalidToken, Reason: detail})
+	}
+	if h != "" {
+		w.Header().Set("WWW-Authenticate", h)
+	}
+	switch status {
+	case http.StatusForbidden:
+		problem(w, status, "insufficient-scope", "Insufficient scope", detail, nil)
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "5")
+		problem(w, status, "authorization-unavailable", "Token cannot be checked now", detail, nil)
+	default:
+		problem(w, status, "unauthorized", title, detail, nil)
+	}
+}
+
+// callerGrants are the capabilities the policy grants a token's holder
+// besides its principal: by scope ("scope:S") and by claim value
+// ("claim:NAME=VALUE").
+func (s *Server) callerGrants(who TokenConfig) []capability.Capability {
+	if who.Identity == nil {
+		return nil
+	}
+	var out []capability.Capability
+	pol := s.rt.Policy()
+	for _, sub := range who.Identity.PolicySubjects() {
+		out = append(out, pol.Grants(sub)...)
+	}
+	return out
+}
+
+// callerToken is what records keep of a token's holder's call.
+func callerToken(who TokenConfig) *audit.Token {
+	if who.Identity == nil {
+		return nil
+	}
+	return &audit.Token{Issuer: who.Identity.Issuer, Subject: who.Identity.Subject, SHA256: who.Identity.TokenSHA256}
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
@@ -350,6 +436,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	defer release()
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
+		Grants: s.callerGrants(who), Token: callerToken(who),
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
 		BypassIdempotency: req.BypassIdempotency, // audited: every event of the call says so
 	}
@@ -860,7 +947,8 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	defer release()
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
-		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal})
+		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal,
+		Grants: s.callerGrants(who), Token: callerToken(who)})
 	var ie *tgruntime.IntentError
 	if !errors.As(err, &ie) {
 		s.answer(w, res, err)

@@ -18,7 +18,10 @@ import (
 //	           uvarint(len(Transitions)+1, or 0 for nil) transition*
 //	           strs(Capabilities) str(InputHash) bytes(Output) str(OutputHash)
 //	           opt(ErrorInfo) opt(WriteSetSummary) strs(AuditEvents)
-//	           time(StartedAt) time(EndedAt)
+//	           time(StartedAt) time(EndedAt) [token]
+//	token    = 0x01 str(Issuer) str(Subject) str(SHA256), only when the
+//	           record has a Token (a record written before tokens ends
+//	           at EndedAt, and still decodes)
 //	transition = str(From) str(To) str(Event) time(At) str(Reason)
 //	str      = uvarint(n<<2 | kind) ...: kind 0: n bytes, the string as is;
 //	           kind 1 (n = 0): the 16 bytes of a UUID in its canonical
@@ -111,7 +114,16 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	if b, err = appendTime(b, r.StartedAt); err != nil {
 		return nil, err
 	}
-	return appendTime(b, r.EndedAt)
+	if b, err = appendTime(b, r.EndedAt); err != nil {
+		return nil, err
+	}
+	if tk := r.Token; tk != nil {
+		b = append(b, 1)
+		b = appendStr(b, tk.Issuer)
+		b = appendStr(b, tk.Subject)
+		b = appendStr(b, tk.SHA256)
+	}
+	return b, nil
 }
 
 // String kinds (see the format above).
@@ -436,6 +448,9 @@ func parseRecord(data []byte) (*Record, error) {
 	r.AuditEvents = d.strs("auditEvents")
 	r.StartedAt = d.time("startedAt")
 	r.EndedAt = d.time("endedAt")
+	if d.err == nil && len(d.b) > 0 && d.flag("token") {
+		r.Token = &TokenRef{Issuer: d.str("token"), Subject: d.str("token"), SHA256: d.str("token")}
+	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%d bytes after the record", len(d.b))
 	}

@@ -32,6 +32,16 @@ type Record struct {
 	AuditEvents  []string         `json:"auditEvents,omitempty"` // ids of the attempt's audit events
 	StartedAt    time.Time        `json:"startedAt"`
 	EndedAt      time.Time        `json:"endedAt,omitzero"` // zero while the execution is in flight
+	// Token names the OAuth access token the call was made under, if any.
+	Token *TokenRef `json:"token,omitempty"`
+}
+
+// TokenRef identifies an OAuth access token without holding it: its
+// issuer, its subject, and its hex SHA-256.
+type TokenRef struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
+	SHA256  string `json:"sha256"`
 }
 
 // Transition is one step of a record's state history.

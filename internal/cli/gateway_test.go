@@ -88,7 +88,9 @@ func TestGateway_MCPHTTPUpstream(t *testing.T) {
 		must(t, err)
 		names[tool.Name] = true
 	}
-	if !names["web.ping"] || !names["web.other"] || !names["web.ping--0.3.0"] {
+	// The caller sees what it may call: web.ping, not web.other, whose
+	// mcp.call it was not granted (and whose call is refused below).
+	if !names["web.ping"] || names["web.other"] || !names["web.ping--0.3.0"] {
 		t.Errorf("tools/list: %v", names)
 	}
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "web.ping", Arguments: map[string]any{}})

@@ -2,9 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/gctune"
 	"github.com/toolgate/toolgate/mcp"
+	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 )
@@ -211,12 +209,33 @@ func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server
 	if maxBody == 0 {
 		maxBody = 5 << 20 // as for toolgate serve
 	}
+	hopts := &mcp.HTTPOptions{Authenticate: tokenPrincipals(cfg), MaxBodyBytes: maxBody}
+	handler := http.Handler(nil)
+	if cfg.OAuth != nil {
+		vctx, stop := context.WithCancel(ctx)
+		defer stop()
+		v, err := oauth.NewVerifier(vctx, *cfg.OAuth, nil)
+		if err != nil {
+			return usageErr("--config: oauth.%v", err)
+		}
+		hopts.OAuth = v
+		mux := http.NewServeMux()
+		mux.Handle(oauth.MetadataPath(cfg.OAuth.Resource), v.MetadataHandler())
+		mux.Handle("/", srv.Handler(hopts))
+		handler = mux
+	} else {
+		handler = srv.Handler(hopts)
+	}
 	hs := &http.Server{
-		Handler:           srv.Handler(&mcp.HTTPOptions{Authenticate: tokenPrincipals(cfg), MaxBodyBytes: maxBody}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
 	}
-	fmt.Fprintf(stdio.Err, "toolgate: serving MCP on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
+	if cfg.OAuth != nil {
+		fmt.Fprintf(stdio.Err, "toolgate: serving MCP on http://%s (%d tokens, and OAuth access tokens for %s)\n", l.Addr(), len(cfg.Tokens), cfg.OAuth.Resource)
+	} else {
+		fmt.Fprintf(stdio.Err, "toolgate: serving MCP on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
@@ -237,21 +256,12 @@ func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server
 	return nil
 }
 
-// tokenPrincipals finds the principal of a bearer token in the config,
-// comparing its SHA-256 with every configured one in constant time.
+// tokenPrincipals finds the principal of a bearer token in the config
+// (server.Config.Authenticate: constant time).
 func tokenPrincipals(cfg *server.Config) func(string) (string, bool) {
 	return func(token string) (string, bool) {
-		sum := sha256.Sum256([]byte(token))
-		got := []byte(hex.EncodeToString(sum[:]))
-		found, ok := "", 0
-		for _, t := range cfg.Tokens {
-			eq := subtle.ConstantTimeCompare(got, []byte(strings.ToLower(t.SHA256)))
-			if eq == 1 {
-				found = t.Principal
-			}
-			ok |= eq
-		}
-		return found, ok == 1
+		t, ok := cfg.Authenticate(token)
+		return t.Principal, ok
 	}
 }
 

@@ -94,6 +94,8 @@ async function flows(transport, client, db) {
     for (const want of ['file.read', 'interop.echo', 'toolgate.execute_intent']) {
       check(names.includes(want), `tools/list lacks ${want}: ${names.join(', ')}`);
     }
+    // Each caller sees the tools it may call: nothing grants file.write.
+    check(!names.includes('file.write'), `tools/list shows file.write, which the caller may not call`);
     for (const t of tools) {
       check(t.outputSchema?.type === 'object', `${t.name}: outputSchema ${JSON.stringify(t.outputSchema)}`);
     }
