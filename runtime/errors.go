@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/tools"
 	"io/fs"
 	"os"
 	"reflect"
@@ -105,6 +106,10 @@ type ResourceError struct {
 func (e *ResourceError) Error() string {
 	if e.Err == nil {
 		return "runtime: insufficient resources: " + e.Resource
+	}
+	if le := (*tools.LimitError)(nil); errors.As(e.Err, &le) {
+		// The limit's own message names it; the code says which it was.
+		return "runtime: " + strings.TrimPrefix(e.Err.Error(), "tools: ")
 	}
 	return fmt.Sprintf("runtime: %s: %v", e.Resource, strings.TrimPrefix(e.Err.Error(), "tools: "))
 }

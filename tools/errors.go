@@ -117,9 +117,21 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	s := fmt.Sprintf("tools: %s exceeded: %d > %d bytes", e.Limit, e.Got, e.Max)
+	what, field := e.Limit, ""
+	switch e.Limit {
+	case "file_size_limit":
+		what, field = "file size", "maxFileSize"
+	case "output_limit":
+		what, field = "output", "maxOutputBytes"
+	case "memory_limit":
+		what, field = "memory", "maxMemory"
+	}
+	if field != "" {
+		field = " (" + field + ")"
+	}
+	s := fmt.Sprintf("tools: the %s, %d bytes, is over the tool's limit of %d bytes%s", what, e.Got, e.Max, field)
 	if e.Got < 0 {
-		s = fmt.Sprintf("tools: %s exceeded (limit %d bytes)", e.Limit, e.Max)
+		s = fmt.Sprintf("tools: the %s reached the tool's limit of %d bytes%s", what, e.Max, field)
 	}
 	if e.Detail != "" {
 		s += ": " + e.Detail

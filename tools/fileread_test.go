@@ -110,6 +110,10 @@ func TestFileRead_Execute(t *testing.T) {
 			if le.Limit != "file_size_limit" || le.Max != 4 || le.Got != 5 {
 				t.Errorf("LimitError = %+v; want file_size_limit 5 > 4", *le)
 			}
+			// The message names the limit once, in words, with the field.
+			if msg := le.Error(); strings.Count(msg, "file_size_limit") != 0 || !strings.Contains(msg, "the file size, 5 bytes, is over the tool's limit of 4 bytes (maxFileSize)") {
+				t.Errorf("message %q", msg)
+			}
 			if !errors.Is(err, tools.ErrLimit) {
 				t.Errorf("errors.Is(ErrLimit) = false")
 			}

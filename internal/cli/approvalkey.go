@@ -103,7 +103,13 @@ key is never overwritten: its public half is printed again.
 				fmt.Fprintf(stdio.Err, "%s exists; its public key:\n", path)
 			}
 			fmt.Fprintln(stdio.Out, pub)
-			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n", principal(), pub)
+			// The line names the approver who signs with this key: the
+			// key's name, which approvals then give with --approver.
+			name := key.Verifier().Name()
+			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n", name, pub)
+			if name != principal() {
+				fmt.Fprintf(stdio.Err, "and approve as %s: toolgate intent approve ID --approver %s (without --approver, an approval is recorded as %s, whom that line does not list)\n", name, name, principal())
+			}
 			return nil
 		},
 	}

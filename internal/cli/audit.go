@@ -197,6 +197,11 @@ type recordsJSON struct {
 	Intents       int                     `json:"intents"`
 	Discrepancy   int                     `json:"discrepancies"`
 	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"` // the first maxListedDiscrepancies
+	// Unsigned counts the discrepancies that are approvals no key the
+	// policy lists signed (field "signature"): not a changed record, but an
+	// approval made without a signature, before the policy listed keys, or
+	// forged.
+	Unsigned int `json:"unsignedApprovals,omitempty"`
 }
 
 // maxListedDiscrepancies bounds the discrepancies --json lists (all are
@@ -207,8 +212,22 @@ func (r *recordsJSON) failed() error {
 	if r.Discrepancy == 0 {
 		return nil
 	}
-	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s do not match the audit log: they were changed outside toolgate",
-		plural(r.Discrepancy, "stored record field"))}
+	var parts []string
+	if changed := r.Discrepancy - r.Unsigned; changed > 0 {
+		verb := "do not match the audit log: they were changed outside toolgate"
+		if changed == 1 {
+			verb = "does not match the audit log: it was changed outside toolgate"
+		}
+		parts = append(parts, plural(changed, "stored record field")+" "+verb)
+	}
+	if r.Unsigned > 0 {
+		verb := "were approved without a signature of a key the policy lists (before the policy listed keys, or forged): such an approval never runs"
+		if r.Unsigned == 1 {
+			verb = "was approved without a signature of a key the policy lists (before the policy listed keys, or forged): such an approval never runs"
+		}
+		parts = append(parts, plural(r.Unsigned, "intent")+" "+verb)
+	}
+	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s", strings.Join(parts, "; "))}
 }
 
 // verifyRecords checks every execution record and intent against the audit
@@ -228,6 +247,9 @@ func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*r
 		return nil, err
 	}
 	rep, err := tgruntime.VerifyRecordsUnder(ctx, store, policy, func(d tgruntime.Discrepancy) error {
+		if d.Field == "signature" {
+			out.Unsigned++
+		}
 		if print {
 			fmt.Fprintf(stdio.Out, "%s %s: %s: %s\n", clean(d.Kind), clean(d.ID), clean(d.Field), clean(d.Detail))
 		} else if len(out.Discrepancies) < maxListedDiscrepancies {

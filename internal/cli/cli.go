@@ -280,17 +280,25 @@ func newRoot(stdio Stdio) (*cobra.Command, *globals) {
 	root := &cobra.Command{
 		Use:   "toolgate",
 		Short: "Run tools under RFC-0001: validated, authorized, transactional, audited",
-		Long: `toolgate executes tools under RFC-0001. Every invocation is validated against the
-tool's schema, authorized against the capabilities granted to it (nothing by
-default), executed inside a state transaction with a deadline, and recorded
-with every lifecycle transition in a bbolt database.
-
-` + exitCodesHelp,
+		Long: `toolgate governs the tool calls of AI agents, under RFC-0001: every invocation
+is validated against the tool's schema, authorized against the capabilities
+granted to it (nothing by default), executed inside a state transaction with a
+deadline, and recorded with every lifecycle transition. Agents reach it over
+MCP (toolgate mcp), over HTTP (toolgate serve), or embedded in Go.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(debug.ReadBuildInfo()),
 	}
 	root.SetVersionTemplate("toolgate {{.Version}}\n")
+	// The commands come first; the exit codes follow them, on the top
+	// level's help only (a subcommand's help lists its own).
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		help(c, args)
+		if c == root {
+			fmt.Fprintf(c.OutOrStdout(), "\n%s", exitCodesHelp)
+		}
+	})
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database: a file, or a postgres:// URL (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")

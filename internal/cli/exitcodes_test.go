@@ -183,6 +183,16 @@ func TestExitCodes_Docs(t *testing.T) {
 			t.Errorf("--help lacks exit code %d:\n%s", e.code, help.stdout)
 		}
 	}
+	// The commands come first, then the exit codes; the top level says
+	// what toolgate is for, and a subcommand's help does not repeat the
+	// top level's table.
+	cmds, codes := strings.Index(help.stdout, "Available Commands:"), strings.Index(help.stdout, "Exit codes:")
+	if cmds < 0 || codes < cmds || !strings.Contains(help.stdout, "AI agents") || !strings.Contains(help.stdout, "MCP") {
+		t.Errorf("--help: the commands at %d, the exit codes at %d:\n%s", cmds, codes, help.stdout)
+	}
+	if sub := toolgate(t, "", "tools", "--help"); strings.Contains(sub.stdout, "Exit codes:") {
+		t.Errorf("tools --help repeats the top level's exit codes:\n%s", sub.stdout)
+	}
 }
 
 // Every row of exitCodes, through the CLI as a user runs it (issue 17 §6):
