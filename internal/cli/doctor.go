@@ -109,7 +109,8 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		return failed(c, err)
 	}
 	shown := txn.ShownPath(path) // a postgres:// URL without its password
-	if _, err := os.Stat(path); os.IsNotExist(err) && !txn.IsPostgresURL(path) {
+	pg := txn.IsPostgresURL(path)
+	if _, err := os.Stat(path); !pg && os.IsNotExist(err) { // a URL is not a file
 		dir := filepath.Dir(path)
 		for ; dir != "/" && dir != "."; dir = filepath.Dir(dir) {
 			if _, err := os.Stat(dir); err == nil {
@@ -138,6 +139,10 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 			err = ee.err
 		}
 		return failed(c, err)
+	}
+	if store == nil && pg {
+		c.Status, c.Detail = checkOK, shown+" (no toolgate schema yet; the first run creates it)"
+		return c
 	}
 	if store == nil {
 		c.Status, c.Detail = checkOK, shown+" (empty)"
