@@ -303,7 +303,7 @@ func TestShow_NotFound(t *testing.T) {
 func seed(t *testing.T, dir string) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), nil)
+	store, err := txn.Open(theDB(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,9 +445,10 @@ func TestInspect_EmptyDatabase(t *testing.T) {
 }
 
 func TestInspect_Locks(t *testing.T) {
-	dir := workdir(t)
+	bboltOnly(t, whyLock)
+	workdir(t)
 	ids := history(t)
-	path := filepath.Join(dir, "state", "toolgate.db")
+	path := theDB()
 
 	// Readers share the database.
 	reader, err := txn.Open(path, &txn.Options{ReadOnly: true})
