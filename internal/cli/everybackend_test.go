@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/mcp"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 )
 
@@ -229,5 +230,23 @@ func TestApproveHint_NamesTheDatabase(t *testing.T) {
 		if got := approveHint(&globals{db: c.db}); got != c.want {
 			t.Errorf("--db %s: hint %q, want %q", c.db, got, c.want)
 		}
+	}
+}
+
+// On Postgres no process locks the database: a command whose open is held
+// back (here, its node name is taken by a running node) says what the
+// store says, not the advice about a bbolt file's lock and its holder.
+func TestPostgres_NodeNameInUseSaysSo(t *testing.T) {
+	workdir(t)
+	db := freshPostgres(t) // skips without TOOLGATE_TEST_POSTGRES, saying how to run it
+	t.Setenv("TOOLGATE_DB", db)
+	t.Setenv("TOOLGATE_NODE", "a")
+	node, err := tgruntime.Open(db, &tgruntime.Options{NoSync: true})
+	must(t, err)
+	defer node.Close(context.Background())
+	r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`)
+	if r.code != ExitInternal || !strings.Contains(r.stderr, "node a is running") || !strings.Contains(r.stderr, "$TOOLGATE_NODE") ||
+		strings.Contains(r.stderr, "did not record itself") || strings.Contains(r.stderr, "--wait") {
+		t.Fatalf("run beside a running node a: exit %d\n%s", r.code, r.stderr)
 	}
 }
