@@ -116,7 +116,7 @@ func TestIntentCrashSafety(t *testing.T) {
 	}
 	testdb.BboltOnly(t, whyKill)
 	dir := t.TempDir()
-	path, runsFile := testdb.Path(t, "intents.db"), filepath.Join(dir, "runs")
+	path, runsFile := filepath.Join(dir, "intents.db"), filepath.Join(dir, "runs")
 	ctx := context.Background()
 
 	// Propose and approve the intents.
