@@ -28,8 +28,13 @@ func HowTo() string {
 }
 
 // pkgArg is the package under test as go test names it from the module's
-// root ("./runtime"): go test runs a test in its package's directory.
-func pkgArg() string {
+// root ("./runtime"), found when the test binary starts: go test runs it in
+// its package's directory, which a test may leave (t.Chdir) later.
+func pkgArg() string { return pkg }
+
+var pkg = findPkg()
+
+func findPkg() string {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "./..."
