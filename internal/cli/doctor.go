@@ -102,6 +102,12 @@ func failed(c check, err error) check {
 // (tgruntime.Message: no Go package prefixes, no system call names).
 func userText(s string) string { return tgruntime.Message(errors.New(s)) }
 
+// exists reports whether there is a file (of any kind) at path.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !os.IsNotExist(err)
+}
+
 func (g *globals) checkDatabase(ctx context.Context) check {
 	c := check{Name: "database"}
 	path, err := g.dbPath()
@@ -110,7 +116,7 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 	}
 	shown := txn.ShownPath(path) // a postgres:// URL without its password
 	pg := txn.IsPostgresURL(path)
-	if _, err := os.Stat(path); !pg && os.IsNotExist(err) { // a URL is not a file
+	if !pg && !exists(path) { // a URL is not a file
 		dir := filepath.Dir(path)
 		for ; dir != "/" && dir != "."; dir = filepath.Dir(dir) {
 			if _, err := os.Stat(dir); err == nil {
