@@ -3,12 +3,12 @@ package mcp_test
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
@@ -39,7 +39,7 @@ func intentOf(t *testing.T, res *sdk.CallToolResult) (id, hash, approve string) 
 // once, and every later run is the stored outcome, replayed.
 func TestStdio_Approval(t *testing.T) {
 	bin := toolgate(t)
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	args := map[string]any{"msg": "ship it"}

@@ -11,6 +11,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
@@ -34,7 +35,7 @@ func propose(tb testing.TB, rt *tgruntime.Runtime, who string, from, n int) {
 func TestApproval_LookupDoesNotGrowWithIntents(t *testing.T) {
 	o := testOptions(testRegistry(t))
 	o.MaxPendingIntents = -1 // 1500 pending of one proposer
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), o)
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -21,7 +21,7 @@ import (
 // error or an isError result, never a crash, and the server goes on; a
 // client that leaves mid-call leaves the call recorded.
 func TestStdio_BadInput(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+db)
 	var stderr strings.Builder

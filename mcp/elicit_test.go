@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
@@ -101,7 +101,7 @@ func TestElicitation_AcceptRunsOnce(t *testing.T) {
 }
 
 func elicitAccept(t *testing.T, version string) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	rt := openAt(t, db)
 	user := &elicitor{answer: &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}}
 	cs := pipeSession(t, rt, &mcp.Options{Principal: principal, ApproveViaElicitation: true},
@@ -166,7 +166,7 @@ func elicitAccept(t *testing.T, version string) {
 // A decline, a cancel, or an accept without the confirmation leaves the
 // intent pending: nothing runs, and the call answers approval_required.
 func TestElicitation_DeclineRunsNothing(t *testing.T) {
-	rt := openAt(t, filepath.Join(t.TempDir(), "tg.db"))
+	rt := openAt(t, testdb.Path(t, "tg.db"))
 	defer rt.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -229,7 +229,7 @@ func TestElicitation_DeclineRunsNothing(t *testing.T) {
 // Off (the default), no elicitation is sent even to a client that
 // declared it; on, none is sent to a client that did not.
 func TestElicitation_OffAsksNothing(t *testing.T) {
-	rt := openAt(t, filepath.Join(t.TempDir(), "tg.db"))
+	rt := openAt(t, testdb.Path(t, "tg.db"))
 	defer rt.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

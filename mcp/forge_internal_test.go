@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -35,7 +35,7 @@ func TestTag_ClientCopyOfTheKeyLoses(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Freeze()
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -53,7 +53,7 @@ func TestApproval_RefusedCallsMakeNoIntent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t.Run("principal without the capability", func(t *testing.T) {
-		rt := openAt(t, filepath.Join(t.TempDir(), "tg.db"))
+		rt := openAt(t, testdb.Path(t, "tg.db"))
 		defer rt.Close(context.Background())
 		cs := pipeSession(t, rt, &mcp.Options{Principal: "mcp:stranger"}, nil)
 		o := failed(t, call(t, ctx, cs, "test.approve", map[string]any{"msg": "let me"}, nil))
@@ -67,7 +67,7 @@ func TestApproval_RefusedCallsMakeNoIntent(t *testing.T) {
 		}
 	})
 	t.Run("input the schema refuses", func(t *testing.T) {
-		rt := openAt(t, filepath.Join(t.TempDir(), "tg.db"))
+		rt := openAt(t, testdb.Path(t, "tg.db"))
 		defer rt.Close(context.Background())
 		cs := pipeSession(t, rt, &mcp.Options{Principal: principal}, nil)
 		o := failed(t, call(t, ctx, cs, "test.approve", map[string]any{"msg": 5}, nil))
@@ -91,7 +91,7 @@ func gatewayRuntime(t *testing.T, file string) *tgruntime.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func (r *rawStdio) stop() {
 // mcp:SESSION:ID: a number as its digits, a string as itself, and a string
 // a call id may not hold as a hash.
 func TestStdio_RequestIDInCallID(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	r := startRaw(t, db)
 	meta := map[string]string{}
 	for _, id := range []string{`9`, `"req-x"`, `"a b/c"`} {
@@ -270,7 +270,7 @@ func (c *idConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // The SDK's client: the call id of each call ends with the request id the
 // client sent, in the result's _meta and in the record.
 func TestStdio_SDKRequestIDInCallID(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+db)
 	cmd.Stderr = os.Stderr
@@ -348,7 +348,7 @@ func noopTools(t *testing.T, ds ...tools.Declaration) *tgruntime.Runtime {
 		}
 	}
 	reg.Freeze()
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func noopTools(t *testing.T, ds ...tools.Declaration) *tgruntime.Runtime {
 // A call that becomes an intent keeps the MCP request that proposed it:
 // the intent's call id (and its proposal's audit event) is mcp:SESSION:ID.
 func TestStdio_IntentKeepsTheRequest(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	r := startRaw(t, db)
 	r.send(`{"jsonrpc":"2.0","id":"prop-1","method":"tools/call","params":{"name":"test.approve","arguments":{"msg":"hi"}}}`)
 	if m := r.next(); m["result"] == nil {

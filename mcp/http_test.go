@@ -5,13 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
@@ -32,7 +32,7 @@ var tokens = map[string]string{"s3cret-agent-2": "agent-2", "s3cret-empty": ""}
 // httpServer serves a fresh runtime over streamable HTTP on loopback.
 func httpServer(t *testing.T) (*tgruntime.Runtime, *httptest.Server) {
 	t.Helper()
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), testOptions(testRegistry(t)))
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), testOptions(testRegistry(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
@@ -240,7 +240,7 @@ func checkRecords(t *testing.T, rt *tgruntime.Runtime, who string) {
 }
 
 func TestStdio_Lifecycle(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "tg.db")
+	db := testdb.Path(t, "tg.db")
 	p := newProgress()
 	cs, cmd := stdioClient(t, db, p)
 	lifecycle(t, cs, p)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
@@ -17,7 +17,7 @@ import (
 // agent's call over MCP becomes an intent, a person approves it through
 // the HTTP API while the MCP session goes on, and the agent runs it.
 func TestSideBySide_ApproveOverHTTPWhileMCPRuns(t *testing.T) {
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), testOptions(testRegistry(t)))
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), testOptions(testRegistry(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package mcp_test
 import (
 	"context"
 	"io"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
@@ -23,7 +23,7 @@ func TestTraceContext(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	o := testOptions(testRegistry(t))
 	o.TracerProvider = tp
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), o)
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), o)
 	if err != nil {
 		t.Fatal(err)
 	}

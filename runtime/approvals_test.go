@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -107,7 +107,7 @@ func TestApprovals_SignedRuns(t *testing.T) {
 	ctx := context.Background()
 	alice, server := newKey(t, "alice"), newKey(t, "server")
 	policy := keyedPolicy(t, map[string][]*audit.SigningKey{"alice": {alice}, "*": {server}})
-	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 
 	for _, tc := range []struct {
 		name, approver string
@@ -164,7 +164,7 @@ func TestApprovals_UnsignableRefused(t *testing.T) {
 	ctx := context.Background()
 	alice, mallory := newKey(t, "alice"), newKey(t, "mallory")
 	policy := keyedPolicy(t, map[string][]*audit.SigningKey{"alice": {alice}})
-	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 	for _, tc := range []struct {
 		name, approver string
 		key            *audit.SigningKey
@@ -209,7 +209,7 @@ func TestApprovals_ForgedByAnotherWriterRefused(t *testing.T) {
 		{"signed by an unlisted key", mallory, "signed by key mallory+"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+			db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 			forger := db.open(keyedPolicy(t, nil), tc.key) // the same database, no approval keys
 			in := propose(t, forger)
 			if _, err := forger.Approve(ctx, in.ID, "alice"); err != nil {
@@ -253,7 +253,7 @@ func TestApprovals_MalformedPolicyKey(t *testing.T) {
 	if p, err = p.WithApprovalKeys(map[string][]string{"alice": {"alice+00000000+AQ=="}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Policy: p, NoSync: true})
+	_, err = tgruntime.Open(testdb.Path(t, "tg.db"), &tgruntime.Options{Policy: p, NoSync: true})
 	if err == nil || !strings.Contains(err.Error(), `approval key "alice+00000000+AQ==" for "alice"`) {
 		t.Fatalf("Open: %v", err)
 	}
@@ -266,7 +266,7 @@ func TestApprovals_StoredSignerMatchesTheLog(t *testing.T) {
 	ctx := context.Background()
 	alice := newKey(t, "alice")
 	policy := keyedPolicy(t, map[string][]*audit.SigningKey{"alice": {alice}})
-	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 	rt := db.open(policy, alice)
 	in := propose(t, rt)
 	got, err := rt.Approve(ctx, in.ID, "alice")

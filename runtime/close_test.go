@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -152,7 +153,7 @@ func TestOpen_Errors(t *testing.T) {
 
 // Open with no registry serves the built-in tools.
 func TestOpen_DefaultRegistry(t *testing.T) {
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "d.db"), nil)
+	rt, err := tgruntime.Open(testdb.Path(t, "d.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -210,6 +210,7 @@ func TestCrashSafety(t *testing.T) {
 	if os.Getenv(crashEnvDB) != "" {
 		return // inside a child: only TestCrashChild runs there
 	}
+	testdb.BboltOnly(t, whyKill)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(crashEnvSeed); s != "" {
 		var err error
@@ -220,7 +221,7 @@ func TestCrashSafety(t *testing.T) {
 	t.Logf("kill timings from seed %d (replay with %s=%d)", seed, crashEnvSeed, seed)
 	h := &crashHarness{
 		t:      t,
-		path:   filepath.Join(t.TempDir(), "crash.db"),
+		path:   testdb.Path(t, "crash.db"),
 		rng:    rand.New(rand.NewPCG(seed, 0x746f6f6c67617465)),
 		inputs: make(map[string]string),
 	}

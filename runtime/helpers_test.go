@@ -3,12 +3,12 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -59,6 +59,14 @@ func echo(id string, opts ...func(*tools.Declaration)) tools.Tool {
 	})
 }
 
+// whyTamper is why a test that edits the database below the store's API
+// runs on bbolt only.
+const whyTamper = "it edits the bbolt file below the store's API, as someone with write access to the file could"
+
+// whyKill is why a test that SIGKILLs a process holding the database runs
+// on bbolt only.
+const whyKill = "the next open of a bbolt file recovers a SIGKILLed process's claims at once, where Postgres waits for the dead node's lease to lapse (internal/nodetest SIGKILLs servers on Postgres)"
+
 // grantAll is the principal "tester" with the test capability.
 var grantAll = map[string][]capability.Capability{"tester": {capability.MustParse("state.write:test")}}
 
@@ -92,7 +100,7 @@ func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgru
 	if opts.Retry.BaseDelay == 0 {
 		opts.Retry.BaseDelay = time.Millisecond
 	}
-	path := filepath.Join(t.TempDir(), "toolgate.db")
+	path := testdb.Path(t, "toolgate.db")
 	rt, err := tgruntime.Open(path, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -113,6 +114,7 @@ func TestIntentCrashSafety(t *testing.T) {
 	if os.Getenv(intentCrashEnvDB) != "" {
 		return
 	}
+	testdb.BboltOnly(t, whyKill)
 	dir := t.TempDir()
 	path, runsFile := filepath.Join(dir, "intents.db"), filepath.Join(dir, "runs")
 	ctx := context.Background()

@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -175,7 +175,7 @@ func TestIntent_CorruptExecutedRecordFailsClosed(t *testing.T) {
 	if err := reg.Register(countedTool("test.counted", &runs)); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "toolgate.db")
+	path := testdb.Path(t, "toolgate.db")
 	open := func() *tgruntime.Runtime {
 		rt, err := tgruntime.Open(path, &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true})
 		if err != nil {
@@ -193,6 +193,7 @@ func TestIntent_CorruptExecutedRecordFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	testdb.BboltOnly(t, whyTamper)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -139,8 +140,7 @@ func TestIntent_Rejected(t *testing.T) {
 // An intent pins its tool version: if that version is no longer
 // registered, it does not run (not even a newer version).
 func TestIntent_ToolChanged(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "toolgate.db")
+	path := testdb.Path(t, "toolgate.db")
 	open := func(version string) *tgruntime.Runtime {
 		reg := tools.NewRegistry()
 		if err := reg.Register(echo("test.echo", func(d *tools.Declaration) { d.Version = version })); err != nil {

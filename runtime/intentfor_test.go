@@ -3,11 +3,11 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 )
 
@@ -17,7 +17,7 @@ import (
 // intent is refused, never followed.
 func TestIntentFor(t *testing.T) {
 	ctx := context.Background()
-	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 	rt := db.open(keyedPolicy(t, nil), nil)
 	propose := func(who, msg string) *tgruntime.Intent {
 		t.Helper()
@@ -72,7 +72,7 @@ func TestIntentFor(t *testing.T) {
 // audit events; a call id changed in the store is a discrepancy.
 func TestIntent_CallIDsKept(t *testing.T) {
 	ctx := context.Background()
-	db := &approvalsDB{t: t, path: filepath.Join(t.TempDir(), "tg.db")}
+	db := &approvalsDB{t: t, path: testdb.Path(t, "tg.db")}
 	rt := db.open(keyedPolicy(t, nil), nil)
 	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.counted", Input: json.RawMessage(`{"msg":"go"}`), Principal: "agent", CallID: "mcp:s1:7"})
 	if err != nil || in.CallID != "mcp:s1:7" {

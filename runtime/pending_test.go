@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -21,7 +21,7 @@ func TestPropose_PendingLimit(t *testing.T) {
 	if err := reg.Register(tool(decl("test.counted"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) { return in, nil })); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true, MaxPendingIntents: 5})
+	rt, err := tgruntime.Open(testdb.Path(t, "tg.db"), &tgruntime.Options{Registry: reg, Grants: grantAll, NoSync: true, MaxPendingIntents: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

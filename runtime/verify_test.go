@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -26,6 +27,7 @@ import (
 // itself, as someone with write access to the file could.
 func tamper(t *testing.T, path string, edit func(tx *bolt.Tx) error) {
 	t.Helper()
+	testdb.BboltOnly(t, whyTamper)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -502,7 +504,7 @@ func TestIntent_HistoryEditsAreReported(t *testing.T) {
 		return in, nil
 	})
 	clk := &clock{now: time.Now().Add(-2 * time.Hour)}
-	path := filepath.Join(t.TempDir(), "toolgate.db")
+	path := testdb.Path(t, "toolgate.db")
 	open := func() *tgruntime.Runtime {
 		reg := tools.NewRegistry()
 		if err := reg.Register(counted); err != nil {
@@ -561,6 +563,7 @@ func TestIntent_HistoryEditsAreReported(t *testing.T) {
 		}, "refusals", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			testdb.BboltOnly(t, whyTamper)
 			saved, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -589,7 +592,7 @@ func TestIntent_HistoryEditsAreReported(t *testing.T) {
 // API is not laundered into the log.
 func TestOpen_ImportsIntentsOfAnEarlierVersion(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "toolgate.db")
+	path := testdb.Path(t, "toolgate.db")
 	// What the earlier version stored, and no event of it.
 	s, err := txn.Open(path, &txn.Options{NoSync: true})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
@@ -23,6 +24,7 @@ import (
 // does not prove: a record edited in the database file (its output
 // changed) is answered 409 with the fields that disagree.
 func TestServer_ForgedRecordFlagged(t *testing.T) {
+	testdb.BboltOnly(t, "it edits the record in the bbolt file, below the store's API")
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "toolgate.db")
 	g := newGate()

@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
@@ -109,7 +110,7 @@ func newFixture(t *testing.T, cfg *server.Config, opts *server.Options) *fixture
 // newFixtureWith is newFixture with the runtime's commits synced or not.
 func newFixtureWith(t *testing.T, cfg *server.Config, opts *server.Options, noSync bool, adjust ...func(*tgruntime.Options)) *fixture {
 	t.Helper()
-	return newFixtureAt(t, filepath.Join(t.TempDir(), "toolgate.db"), cfg, opts, noSync, adjust...)
+	return newFixtureAt(t, testdb.Path(t, "toolgate.db"), cfg, opts, noSync, adjust...)
 }
 
 // newFixtureAt is newFixtureWith with the database at path.

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/server"
 )
 
@@ -87,6 +88,7 @@ func (f *fixture) readyz(t *testing.T) int {
 // even once space is freed, since the store refuses all work until it is
 // reopened; restarted with space, it is ready and runs again.
 func TestServer_StoreFailureNotReady(t *testing.T) {
+	testdb.BboltOnly(t, "it fills the file system under the bbolt file")
 	dir := smallFS(t)
 	var logs lockedBuffer
 	opts := &server.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}

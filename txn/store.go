@@ -124,8 +124,11 @@ type Store struct {
 // yields an error wrapping ErrCorrupt, a database from a newer format
 // version one wrapping ErrIncompatible, and a lock held by another Store or
 // process one wrapping ErrLocked: ReadHolder then says, when the holder
-// recorded it, which process holds it. A Store opened for writing records
-// this process in the holder file (HolderPath) and removes it on Close.
+// recorded it, which process holds it. A read-only open of a database that
+// does not exist yet (no bbolt file; no toolgate schema in the Postgres
+// database) yields an error wrapping fs.ErrNotExist. A Store opened for
+// writing records this process in the holder file (HolderPath) and removes
+// it on Close.
 func Open(path string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = DefaultOptions()

@@ -9,7 +9,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
@@ -97,7 +97,7 @@ func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts
 	for _, a := range adjust {
 		a(ropts)
 	}
-	rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "toolgate.db"), ropts)
+	rt, err := tgruntime.Open(testdb.Path(t, "toolgate.db"), ropts)
 	if err != nil {
 		t.Fatal(err)
 	}

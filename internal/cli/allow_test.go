@@ -39,8 +39,8 @@ func TestAllow_Mistakes(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(db); !os.IsNotExist(err) {
-		t.Fatalf("a refused --allow created the database: %v", err)
+	if dbCreated(t, db) {
+		t.Fatal("a refused --allow created the database")
 	}
 
 	// ~ is the home directory.

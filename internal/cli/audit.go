@@ -629,11 +629,14 @@ func (t *tailer) follow(ctx context.Context) error {
 	}
 }
 
-// followOnce runs one poll; a database that does not exist yet, or is
-// locked by a writer, is polled again later.
+// followOnce runs one poll; a database that does not exist yet (no file,
+// or no toolgate schema in the Postgres database), or is locked by a
+// writer, is polled again later.
 func (t *tailer) followOnce(ctx context.Context, path string) error {
-	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode().IsRegular() && fi.Size() == 0) {
-		return nil
+	if !txn.IsPostgresURL(path) {
+		if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode().IsRegular() && fi.Size() == 0) {
+			return nil
+		}
 	}
 	store, err := txn.Open(path, &txn.Options{ReadOnly: true, Timeout: followLockWait})
 	switch {

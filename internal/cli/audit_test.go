@@ -8,7 +8,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,6 +143,9 @@ type storedGroup struct {
 // bbolt directly.
 func readAudit(t *testing.T, path string) (groups []storedGroup, head []byte) {
 	t.Helper()
+	if txn.IsPostgresURL(path) {
+		return readAuditPostgres(t, path), nil
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	must(t, err)
 	defer db.Close()
@@ -192,6 +197,10 @@ func writeAudit(t *testing.T, path string, groups []storedGroup, head []byte) {
 // modifyAudit edits the stored value of the group holding seq in place.
 func modifyAudit(t *testing.T, path string, seq uint64, edit func(value []byte) []byte) {
 	t.Helper()
+	if txn.IsPostgresURL(path) {
+		modifyAuditPostgres(t, path, seq, edit)
+		return
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	must(t, err)
 	defer func() { must(t, db.Close()) }()
@@ -505,7 +514,7 @@ func TestAudit_Checkpoint(t *testing.T) {
 	config := filepath.Join(dir, "config")
 	t.Setenv("XDG_CONFIG_HOME", config)
 	t.Setenv("TOOLGATE_AUDIT_KEY", "")
-	db := filepath.Join(dir, "state", "toolgate.db")
+	db := theDB()
 	invoke(t, db, 10)
 
 	r := toolgate(t, "", "audit", "checkpoint")
@@ -647,8 +656,8 @@ func editEvent(t *testing.T, path string, seq uint64, old, new string) {
 }
 
 func TestAudit_VerifyJSONFailure(t *testing.T) {
-	dir := workdir(t)
-	db := filepath.Join(dir, "state", "toolgate.db")
+	workdir(t)
+	db := theDB()
 	invoke(t, db, 5)
 	editEvent(t, db, 4, `{"seq":4,`, `{"seq":5,`)
 	r := toolgate(t, "", "audit", "verify", "--json")
@@ -663,8 +672,8 @@ func TestAudit_VerifyJSONFailure(t *testing.T) {
 }
 
 func TestAudit_TailExport(t *testing.T) {
-	dir := workdir(t)
-	db := filepath.Join(dir, "state", "toolgate.db")
+	workdir(t)
+	db := theDB()
 	invoke(t, db, 20)
 	groups, _ := readAudit(t, db)
 	es := flatten(groups)
@@ -782,8 +791,8 @@ func (s *syncBuffer) String() string {
 // tail --follow prints new events as writers append them, without holding
 // the lock against them, until its context is cancelled.
 func TestAudit_TailFollow(t *testing.T) {
-	dir := workdir(t)
-	db := filepath.Join(dir, "state", "toolgate.db")
+	workdir(t)
+	db := theDB() // a file, or on Postgres a database without toolgate's schema yet
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb syncBuffer
@@ -812,8 +821,7 @@ func TestAudit_TailFollow(t *testing.T) {
 	invoke(t, db, 1) // 4 events; the first poll prints the newest 2
 	waitLines(2)
 	invoke(t, db, 2) // the runtime opens the database beside the follower
-	groups, _ := readAudit(t, db)
-	total := len(flatten(groups))
+	total := int(auditHead(t, db))
 	waitLines(2 + total - 4)
 	got := lines()
 	for i, l := range got {
@@ -832,7 +840,18 @@ func TestAudit_TailFollow(t *testing.T) {
 	}
 }
 
-func TestAudit_EmptyAndLocked(t *testing.T) {
+// auditHead is the number of events in the log of the database at path.
+func auditHead(t *testing.T, path string) uint64 {
+	t.Helper()
+	s, err := txn.Open(path, &txn.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	must(t, err)
+	defer s.Close()
+	head, err := s.AuditHead(context.Background())
+	must(t, err)
+	return head
+}
+
+func TestAudit_Empty(t *testing.T) {
 	dir := workdir(t)
 	// No database: an empty log.
 	if r := toolgate(t, "", "audit", "verify"); r.code != 0 || r.stdout != "0 events valid\n0 execution records and 0 intents match their audit events\n" {
@@ -847,6 +866,13 @@ func TestAudit_EmptyAndLocked(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "state")); !os.IsNotExist(err) {
 		t.Fatalf("the audit commands created the database directory: %v", err)
 	}
+	if onPostgres() {
+		if s, err := txn.Open(theDB(), &txn.Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("the audit commands created toolgate's schema: %v", err)
+		} else if s != nil {
+			s.Close()
+		}
+	}
 	// A checkpoint of the empty log, then truncation of a later log to
 	// nothing is caught against a later checkpoint.
 	key := filepath.Join(dir, "audit.key")
@@ -854,7 +880,12 @@ func TestAudit_EmptyAndLocked(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "toolgate audit log\n0\n") {
 		t.Fatalf("checkpoint of nothing: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
 
+func TestAudit_Locked(t *testing.T) {
+	bboltOnly(t, whyLock)
+	dir := workdir(t)
+	key := filepath.Join(dir, "audit.key")
 	// A writer holding the database: exit 1, "locked".
 	db := filepath.Join(dir, "state", "toolgate.db")
 	invoke(t, db, 1)

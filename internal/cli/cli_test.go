@@ -30,10 +30,13 @@ func toolgate(t *testing.T, stdin string, args ...string) run {
 	return run{code, out.String(), errb.String()}
 }
 
+// workdir makes a fresh directory holding a few files the current one, and
+// sets TOOLGATE_DB to the test's database on the backend the suite runs on
+// (testDB: dir/state/toolgate.db on bbolt).
 func workdir(t *testing.T) string {
 	dir := t.TempDir()
+	t.Setenv("TOOLGATE_DB", testDB(t, dir)) // before the Chdir: a skip names the package's directory
 	t.Chdir(dir)
-	t.Setenv("TOOLGATE_DB", filepath.Join(dir, "state", "toolgate.db"))
 	// No telemetry unless a test asks for it, whatever the environment says.
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
 		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
@@ -94,7 +97,7 @@ func TestRun_ExitCodes(t *testing.T) {
 }
 
 func TestRun_Output(t *testing.T) {
-	dir := workdir(t)
+	workdir(t)
 	r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`)
 	var out struct {
 		Content string `json:"content"`
@@ -104,7 +107,7 @@ func TestRun_Output(t *testing.T) {
 		t.Fatalf("stdout %q: %+v %v", r.stdout, out, err)
 	}
 	// The invocation is recorded in the default database.
-	store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), nil)
+	store, err := txn.Open(theDB(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +163,9 @@ func TestRun_InputSources(t *testing.T) {
 }
 
 func TestRun_DatabaseLocked(t *testing.T) {
-	dir := workdir(t)
-	store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), nil)
+	bboltOnly(t, whyLock)
+	workdir(t)
+	store, err := txn.Open(theDB(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +13,8 @@ import (
 // stats names the inputs of a deterministic tool that gave different
 // outputs, and only those.
 func TestStats_Nondeterministic(t *testing.T) {
-	dir := workdir(t)
-	store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), nil)
+	workdir(t)
+	store, err := txn.Open(theDB(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

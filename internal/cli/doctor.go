@@ -102,6 +102,12 @@ func failed(c check, err error) check {
 // (tgruntime.Message: no Go package prefixes, no system call names).
 func userText(s string) string { return tgruntime.Message(errors.New(s)) }
 
+// exists reports whether there is a file (of any kind) at path.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !os.IsNotExist(err)
+}
+
 func (g *globals) checkDatabase(ctx context.Context) check {
 	c := check{Name: "database"}
 	path, err := g.dbPath()
@@ -109,7 +115,8 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		return failed(c, err)
 	}
 	shown := txn.ShownPath(path) // a postgres:// URL without its password
-	if _, err := os.Stat(path); os.IsNotExist(err) && !txn.IsPostgresURL(path) {
+	pg := txn.IsPostgresURL(path)
+	if !pg && !exists(path) { // a URL is not a file
 		dir := filepath.Dir(path)
 		for ; dir != "/" && dir != "."; dir = filepath.Dir(dir) {
 			if _, err := os.Stat(dir); err == nil {
@@ -138,6 +145,10 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 			err = ee.err
 		}
 		return failed(c, err)
+	}
+	if store == nil && pg {
+		c.Status, c.Detail = checkOK, shown+" (no toolgate schema yet; the first run creates it)"
+		return c
 	}
 	if store == nil {
 		c.Status, c.Detail = checkOK, shown+" (empty)"

@@ -1,15 +1,9 @@
 package cli
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"regexp"
+	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/txn"
 )
@@ -18,7 +12,9 @@ import (
 // file format, or Postgres's server_version and toolgate's schema there.
 func TestDoctor_Backend(t *testing.T) {
 	dir := workdir(t)
-	s, err := txn.Open(dir+"/state/toolgate.db", nil)
+	file := dir + "/state/toolgate.db"
+	t.Setenv("TOOLGATE_DB", file) // whatever backend the suite runs on
+	s, err := txn.Open(file, nil)
 	must(t, err)
 	must(t, s.Close())
 	rep, _ := doctor(t)
@@ -26,27 +22,15 @@ func TestDoctor_Backend(t *testing.T) {
 		t.Errorf("bbolt: database check says %q", d)
 	}
 
-	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
-	if base == "" {
-		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run the Postgres part with: bash scripts/pg-test.sh run go test -run TestDoctor_Backend ./internal/cli")
+	db := freshPostgres(t) // skips without TOOLGATE_TEST_POSTGRES, saying how to run it
+	rep, _ = doctor(t, "--db", db)
+	if d := databaseCheck(t, rep); !strings.HasSuffix(d, " (no toolgate schema yet; the first run creates it)") {
+		t.Errorf("Postgres without toolgate's schema: database check says %q", d)
 	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	must(t, err)
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "toolgate_doctor_" + hex.EncodeToString(b[:])
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	must(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)") })
-	u, err := url.Parse(base)
-	must(t, err)
-	u.Path = "/" + name
-	node, err := txn.Open(u.String(), &txn.Options{Node: "doctor-test"}) // a node running meanwhile
+	node, err := txn.Open(db, &txn.Options{Node: "doctor-test"}) // a node running meanwhile
 	must(t, err)
 	defer node.Close()
-	rep, _ = doctor(t, "--db", u.String())
+	rep, _ = doctor(t, "--db", db)
 	if d := databaseCheck(t, rep); !regexp.MustCompile(`\(Postgres \d+[.\d]* .*schema \d+, 1 node with a live lease; 0 executions recorded\)`).MatchString(d) {
 		t.Errorf("Postgres: database check says %q", d)
 	}

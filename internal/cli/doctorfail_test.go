@@ -33,6 +33,7 @@ func TestDoctor_FailuresInUserTerms(t *testing.T) {
 			return nil
 		}, "database", []string{"DIR/hello.txt"}},
 		{"database locked", func(t *testing.T, dir string) []string {
+			bboltOnly(t, whyLock)
 			if r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`); r.code != 0 {
 				t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 			}

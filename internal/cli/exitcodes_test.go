@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -25,7 +24,7 @@ import (
 // ending (COMPLETED, FAILED, DENIED, ROLLED_BACK), the same id the database
 // recorded.
 func TestRun_TextReportNamesExecutionID(t *testing.T) {
-	dir := workdir(t)
+	workdir(t)
 	for _, args := range [][]string{
 		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`},
 		{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`},
@@ -37,7 +36,7 @@ func TestRun_TextReportNamesExecutionID(t *testing.T) {
 		if len(ids) != 1 {
 			t.Fatalf("%v: the report names %d execution ids:\n%s", args, len(ids), r.stderr)
 		}
-		store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), &txn.Options{ReadOnly: true})
+		store, err := txn.Open(theDB(), &txn.Options{ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,6 +109,7 @@ func TestRun_StoreFailureExitCode(t *testing.T) {
 		storeFailureChild(t)
 		return
 	}
+	bboltOnly(t, "the commit fails when the bbolt file cannot grow (RLIMIT_FSIZE)")
 	dir := workdir(t)
 	if r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`); r.code != 0 {
 		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
@@ -117,7 +117,7 @@ func TestRun_StoreFailureExitCode(t *testing.T) {
 	must(t, os.WriteFile("large.txt", bytes.Repeat([]byte("y"), 900<<10), 0o600))
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRun_StoreFailureExitCode$", "-test.v")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TOOLGATE_CLI_FSIZE_CHILD=1", "TOOLGATE_DB="+filepath.Join(dir, "state", "toolgate.db"))
+	cmd.Env = append(os.Environ(), "TOOLGATE_CLI_FSIZE_CHILD=1", "TOOLGATE_DB="+theDB())
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -231,6 +231,7 @@ func TestExitCodes_EveryRow(t *testing.T) {
 	}
 	locked := func(args ...string) func(t *testing.T) []string {
 		return func(t *testing.T) []string {
+			bboltOnly(t, whyLock)
 			first(read...)(t)
 			store, err := txn.Open(os.Getenv("TOOLGATE_DB"), nil) // holds the lock until the test ends
 			if err != nil {

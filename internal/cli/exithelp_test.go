@@ -2,6 +2,7 @@ package cli
 
 import (
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -75,10 +76,18 @@ func TestExitCodes_AuditHelp(t *testing.T) {
 	runAs("audit", "verify", "--checkpoint", "nope.txt")      // 2: a checkpoint that cannot be read
 	must(t, os.WriteFile("cp.txt", []byte("hello\n"), 0o600)) // not a checkpoint
 	runAs("audit", "verify", "--checkpoint", "cp.txt")        // 7
-	store, err := txn.Open(os.Getenv("TOOLGATE_DB"), nil)     // held by a writer
-	must(t, err)
-	runAs("audit", "verify") // 1
-	store.Close()
+	if onPostgres() {
+		// 1: a database the server does not have
+		u, err := url.Parse(theDB())
+		must(t, err)
+		u.Path = "/toolgate_no_such_database"
+		runAs("--db", u.String(), "audit", "verify")
+	} else {
+		store, err := txn.Open(theDB(), nil) // 1: held by a writer
+		must(t, err)
+		runAs("audit", "verify")
+		store.Close()
+	}
 	got := slices.Sorted(maps.Keys(exits))
 	if listed := slices.Sorted(maps.Keys(want)); !slices.Equal(got, listed) {
 		t.Errorf("the audit commands exited with %v (%v); their --help lists %v", got, exits, listed)

@@ -190,9 +190,12 @@ func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.
 		return err
 	})
 	switch {
-	case errors.Is(err, txn.ErrLocked):
+	case errors.Is(err, txn.ErrLocked) && !txn.IsPostgresURL(path):
 		return nil, g.lockedErr(path, false)
 	case err != nil:
+		// On Postgres no process holds a lock on the database: the
+		// store's message says what holds the open back (this node's
+		// name in use by a running node, an older toolgate writing).
 		return nil, internalErr(err)
 	}
 	if g.addr != "" && !txn.IsPostgresURL(path) {
@@ -210,7 +213,7 @@ func (g *globals) openShared(path string) (*txn.Store, error) {
 		store, err = txn.Open(path, &txn.Options{ReadOnly: true, Timeout: timeout})
 		return err
 	})
-	if errors.Is(err, txn.ErrLocked) {
+	if errors.Is(err, txn.ErrLocked) && !txn.IsPostgresURL(path) {
 		return nil, g.lockedErr(path, true)
 	}
 	return store, err

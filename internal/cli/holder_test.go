@@ -109,6 +109,7 @@ func (s *served) stop(t *testing.T) {
 // --wait for a command that writes, and for an inspection how to get the
 // read (there is no such read in the server's API but one execution).
 func TestHeld_NamesTheServer(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	s := serverChild(t, dir, "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket") // localsock_test.go: with it
 	holder := fmt.Sprintf("(pid %d, listening on %s)", s.pid, s.addr)
@@ -142,6 +143,7 @@ func TestHeld_NamesTheServer(t *testing.T) {
 // An MCP server over HTTP holding the database is named with its address,
 // and no read through an HTTP API it does not serve is offered.
 func TestHeld_NamesTheMCPServer(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0", "--no-local-socket")
 	r := toolgate(t, "", "executions")
@@ -157,6 +159,7 @@ func TestHeld_NamesTheMCPServer(t *testing.T) {
 // 'toolgate show' reads through the holding server's HTTP API with the
 // user's token; without one it says which flag to pass.
 func TestHeld_ShowThroughTheServer(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	s := serverChild(t, dir, "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket")
 	c, err := client.New("http://"+s.addr, "tok", nil)
@@ -190,6 +193,7 @@ func TestHeld_ShowThroughTheServer(t *testing.T) {
 // --wait: a command waits for the holder to exit, and succeeds when it
 // does within D; when it does not, it fails naming the holder.
 func TestHeld_Wait(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	s := serveChild(t, dir)
 	r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`, "--wait", "300ms")
@@ -219,6 +223,7 @@ func TestHeld_Wait(t *testing.T) {
 // A holder that died without removing its file (SIGKILL) is not named:
 // the database opens, and the next holder replaces the file.
 func TestHeld_StaleHolder(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	s := serveChild(t, dir)
@@ -247,6 +252,7 @@ func TestHeld_StaleHolder(t *testing.T) {
 // 'audit tail --follow' says why it prints nothing while a server holds
 // the database, and prints the events once it has stopped.
 func TestHeld_TailFollowSaysWhy(t *testing.T) {
+	bboltOnly(t, whyHolder)
 	dir := workdir(t)
 	s := serveChild(t, dir)
 	c, err := client.New("http://"+s.addr, "tok", nil)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 // that is not positive, or one without a key, is a usage error that
 // creates no database.
 func TestRun_IdempotencyTTL(t *testing.T) {
-	dir := workdir(t)
+	workdir(t)
 	type result struct {
 		ExecutionID string `json:"executionId"`
 		Replayed    bool   `json:"replayed"`
@@ -41,8 +40,8 @@ func TestRun_IdempotencyTTL(t *testing.T) {
 			t.Errorf("%v: exit %d %s; want a usage error", args, r.code, r.stderr)
 		}
 	}
-	if _, err := os.Stat(dir + "/state/toolgate.db"); !os.IsNotExist(err) {
-		t.Errorf("a refused --idempotency-ttl created the database: %v", err)
+	if dbCreated(t, theDB()) {
+		t.Error("a refused --idempotency-ttl created the database")
 	}
 
 	first := run("short", "--idempotency-ttl", "1ms")

@@ -264,8 +264,9 @@ func writeRecord(w io.Writer, r *txn.Record, stack bool) error {
 }
 
 // openReadOnly opens the database for inspection, without creating it. A
-// database that does not exist yet (or is still empty: a writer has just
-// created it) yields a nil store and no error: there is nothing to inspect.
+// database that does not exist yet (no file, or no toolgate schema in the
+// Postgres database), or is still empty (a writer has just created it),
+// yields a nil store and no error: there is nothing to inspect.
 func (g *globals) openReadOnly() (*txn.Store, error) {
 	path, err := g.dbPath()
 	if err != nil {
@@ -282,7 +283,7 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 	switch {
 	case err == nil:
 		return store, nil
-	case errors.Is(err, fs.ErrNotExist): // removed since the Stat
+	case errors.Is(err, fs.ErrNotExist): // removed since the Stat; on Postgres, no schema yet
 		return nil, nil
 	case heldBy(err) != nil:
 		return nil, err

@@ -58,11 +58,22 @@ func checkIntentRef(id, hash string) error {
 
 // intentDatabase refuses a command on intent id when there is no
 // database, which therefore holds no intent: a usage error, and the
-// database is not created.
+// database is not created. A file is missing; a Postgres database lacks
+// toolgate's schema (a read-only open says so without creating it).
 func (g *globals) intentDatabase(id string) error {
 	path, err := g.dbPath()
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	if txn.IsPostgresURL(path) {
+		store, err := txn.Open(path, &txn.Options{ReadOnly: true, Timeout: g.lockTimeout()})
+		if errors.Is(err, fs.ErrNotExist) {
+			return noIntent(id, path)
+		}
+		if err == nil {
+			store.Close()
+		}
+		return nil // any other problem is the open's to report
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return noIntent(id, path)
@@ -71,5 +82,8 @@ func (g *globals) intentDatabase(id string) error {
 }
 
 func noIntent(id, path string) error {
+	if txn.IsPostgresURL(path) {
+		return usageErr("intent %s: not found: the database at %s holds no toolgate data yet (see --db)", id, txn.ShownPath(path))
+	}
 	return usageErr("intent %s: not found: there is no database at %s (see --db)", id, path)
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,9 +49,9 @@ func intentsInEveryStatus(t *testing.T) []string {
 
 // The CLI reads intents read-only exactly as the runtime reads them.
 func TestReadIntents_AgreesWithRuntime(t *testing.T) {
-	dir := workdir(t)
+	workdir(t)
 	ids := intentsInEveryStatus(t)
-	path := filepath.Join(dir, "state", "toolgate.db")
+	path := theDB()
 	ctx := context.Background()
 
 	store, err := txn.Open(path, &txn.Options{ReadOnly: true})
@@ -99,9 +98,10 @@ func TestReadIntents_AgreesWithRuntime(t *testing.T) {
 // intent show and intent list open the database read-only: beside another
 // reader they work; beside a writer they fail with a clear "locked" error.
 func TestIntent_ShowListReadOnly(t *testing.T) {
-	dir := workdir(t)
+	bboltOnly(t, whyLock)
+	workdir(t)
 	id, _ := propose(t, "file.read", "--input", `{"path":"hello.txt"}`)
-	path := filepath.Join(dir, "state", "toolgate.db")
+	path := theDB()
 
 	reader, err := txn.Open(path, &txn.Options{ReadOnly: true})
 	must(t, err)

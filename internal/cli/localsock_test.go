@@ -117,6 +117,7 @@ func checkGone(t *testing.T, db string) {
 // --yes', run beside the session, is recorded by the holder through its
 // socket; toolgate.execute_intent in the same session then runs it, once.
 func TestLocalSocket_MCPApproveDuringSession(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	must(t, os.WriteFile("reg.yaml", []byte(approvalRegistry), 0o600))
@@ -176,6 +177,7 @@ func TestLocalSocket_MCPApproveDuringSession(t *testing.T) {
 // listed, approved and rejected with the CLI, and an execution is shown
 // without a token.
 func TestLocalSocket_Serve(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	s := serveChild(t, dir)
@@ -242,6 +244,7 @@ func mustIntent(t *testing.T, id string) localIntent {
 // A holder killed with SIGKILL leaves its socket: the CLI opens the
 // database (the holder is gone), and the next holder replaces the socket.
 func TestLocalSocket_StaleSocket(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	s := serveChild(t, dir)
@@ -269,6 +272,7 @@ func TestLocalSocket_StaleSocket(t *testing.T) {
 // for: the command falls back to the database file and fails on its lock
 // as before, naming the holder.
 func TestLocalSocket_HolderNotAnswering(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	s := serveChild(t, dir)
 	must(t, s.cmd.Process.Signal(syscall.SIGSTOP))
@@ -292,6 +296,7 @@ func TestLocalSocket_HolderNotAnswering(t *testing.T) {
 // would redirect the socket) or a file; a live socket of another process.
 // The holder then serves no socket, and says so.
 func TestLocalSocket_LeavesOthersAlone(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	must(t, os.MkdirAll(filepath.Dir(db), 0o700))
@@ -362,6 +367,7 @@ func init() {
 // connecting, and a connection that gets through (the mode loosened) is
 // closed unanswered. Needs root, to run the other user's process.
 func TestLocalSocket_OtherUserRefused(t *testing.T) {
+	bboltOnly(t, whySocket)
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a process as another user (uid 65534)")
 	}
@@ -406,6 +412,7 @@ func TestLocalSocket_OtherUserRefused(t *testing.T) {
 // replaced it in the directory) is not used: the CLI talks only to the pid
 // the holder file names, and otherwise fails on the lock as before.
 func TestLocalSocket_ImpostorRefused(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	s := serveChild(t, dir)
@@ -429,6 +436,7 @@ func TestLocalSocket_ImpostorRefused(t *testing.T) {
 // nothing: the answer finds no one to record it, the command says so, and
 // the intent is still pending, the audit log whole.
 func TestLocalSocket_HolderDiesBeforeTheAnswer(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	s := serveChild(t, dir)
 	c, err := client.New("http://"+s.addr, "tok", nil)
@@ -463,6 +471,7 @@ func TestLocalSocket_HolderDiesBeforeTheAnswer(t *testing.T) {
 
 // 'toolgate mcp --http' serves the local socket too.
 func TestLocalSocket_MCPHTTP(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	db := filepath.Join(dir, "state", "toolgate.db")
 	s := serverChild(t, dir, "mcp", "--http", "127.0.0.1:0")
@@ -479,6 +488,7 @@ func TestLocalSocket_MCPHTTP(t *testing.T) {
 // signed with that key, the CLI (which has no key) approves, and the
 // intent runs in the session.
 func TestLocalSocket_SignedByTheHolder(t *testing.T) {
+	bboltOnly(t, whySocket)
 	dir := workdir(t)
 	must(t, os.WriteFile("reg.yaml", []byte(approvalRegistry), 0o600))
 	key := filepath.Join(dir, "holder.key")

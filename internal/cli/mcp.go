@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/oauth"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/txn"
 )
 
 func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -266,13 +267,16 @@ func tokenPrincipals(cfg *server.Config) func(string) (string, bool) {
 }
 
 // approveHint is the command a person runs to approve an intent, naming
-// the database.
+// the database: a file by its absolute path, a Postgres URL without its
+// password (the hint goes to the client).
 func approveHint(g *globals) string {
 	path, err := g.dbPath()
 	if err != nil {
 		return "toolgate intent approve %s"
 	}
-	if abs, err := filepath.Abs(path); err == nil {
+	if txn.IsPostgresURL(path) {
+		path = txn.ShownPath(path)
+	} else if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
 	return "toolgate --db " + strings.ReplaceAll(shellQuote(path), "%", "%%") + " intent approve %s"

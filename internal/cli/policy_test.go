@@ -182,7 +182,7 @@ func TestPolicyFile_BrokenIsUsageError(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(db); !os.IsNotExist(err) {
-		t.Fatalf("a broken policy file let a command create the database: %v", err)
+	if dbCreated(t, db) {
+		t.Fatal("a broken policy file let a command create the database")
 	}
 }

@@ -17,6 +17,7 @@ import (
 // audit verify, naming the execution and the field, and show does not
 // present it as fact.
 func TestAuditVerify_TamperedRecords(t *testing.T) {
+	bboltOnly(t, "it edits the records in the bbolt file's buckets, below the store's API")
 	for _, tc := range []struct {
 		name  string
 		edit  func(b *bolt.Bucket, ok, denied *txn.Record) error

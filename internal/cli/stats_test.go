@@ -75,7 +75,7 @@ func checkStats(t *testing.T, name string, got, want map[string]float64) {
 func seedStats(t *testing.T, dir string) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), &txn.Options{NoSync: true})
+	store, err := txn.Open(theDB(), &txn.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,9 +305,10 @@ func TestStats_Usage(t *testing.T) {
 }
 
 func TestStats_Locked(t *testing.T) {
+	bboltOnly(t, whyLock)
 	dir := workdir(t)
 	seedStats(t, dir)
-	writer, err := txn.Open(filepath.Join(dir, "state", "toolgate.db"), nil)
+	writer, err := txn.Open(theDB(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

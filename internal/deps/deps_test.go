@@ -40,6 +40,7 @@ var policy = map[string][]string{
 	"internal/deps":            {},
 	"internal/docscheck":       {},
 	"internal/testchild":       {},
+	"internal/testdb":          {"github.com/jackc/pgx/v5"},
 	"internal/testchild/child": {},
 	"internal/explain":         {"capability", "tools"},
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt", "github.com/jackc/pgx/v5"},
