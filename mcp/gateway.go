@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -197,6 +199,7 @@ type upstream struct {
 	mu      sync.Mutex
 	session *sdk.ClientSession
 	hashes  map[string]string // upstream tool name -> schema hash at load
+	stderr  *lineWriter       // the server's standard error, made by stderrLog
 	stale   bool              // the session's server said its tools changed
 	closed  bool
 }
@@ -230,11 +233,75 @@ func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
 			MaxEventSize: max,
 		}, nil, nil
 	}
-	p, err := u.decl.Start(u.gw.opts.Stderr)
+	p, err := u.decl.Start(u.stderrLog())
 	if err != nil {
 		return nil, nil, err
 	}
 	return &sdk.IOTransport{Reader: p, Writer: p, MaxLineLength: max}, p, nil
+}
+
+// stderrLog is where a stdio server's standard error goes: the gateway's
+// Stderr, each line prefixed with the server's name, the same writer for
+// each process of the server.
+func (u *upstream) stderrLog() io.Writer {
+	if u.gw.opts.Stderr == io.Discard {
+		return io.Discard
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stderr == nil {
+		u.stderr = &lineWriter{w: u.gw.opts.Stderr, prefix: "toolgate: MCP server " + u.decl.Name + ": "}
+	}
+	return u.stderr
+}
+
+// lineWriter writes whole lines to w, each with prefix and in one Write
+// (so that they do not interleave with toolgate's own messages); a line
+// longer than 4 KiB is cut there, and control characters but tab become
+// '?' (an upstream's escape sequences do not reach the terminal).
+type lineWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+const maxLogLine = 4 << 10
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range p {
+		if c == '\n' || len(l.buf) == maxLogLine {
+			l.emit()
+			if c == '\n' {
+				continue
+			}
+		}
+		l.buf = append(l.buf, c)
+	}
+	return len(p), nil
+}
+
+// flush writes a last line without its newline. l.mu is not held.
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.emit()
+	}
+}
+
+func (l *lineWriter) emit() {
+	line := strings.TrimSuffix(string(l.buf), "\r")
+	line = strings.Map(func(r rune) rune {
+		if r != '\t' && (r < 0x20 || r == 0x7f) {
+			return '?'
+		}
+		return r
+	}, line)
+	l.w.Write([]byte(l.prefix + line + "\n"))
+	l.buf = l.buf[:0]
 }
 
 // maxMessage bounds one message from the server, in bytes: 16 MiB (the
@@ -323,8 +390,11 @@ func (u *upstream) load() ([]tools.Tool, error) {
 		serverVersion = strings.TrimPrefix(ir.ServerInfo.Version, "v")
 	}
 	byName := map[string]*sdk.Tool{}
+	ids := map[string][]string{} // mapped name -> the upstream names mapping to it
 	for _, t := range list {
 		byName[t.Name] = t
+		m := MappedName(t.Name)
+		ids[m] = append(ids[m], t.Name)
 	}
 	var problems []string
 	for name, o := range u.decl.Tools {
@@ -335,29 +405,98 @@ func (u *upstream) load() ([]tools.Tool, error) {
 	u.hashes = map[string]string{}
 	var out []tools.Tool
 	for _, t := range list {
+		if same := ids[MappedName(t.Name)]; len(same) > 1 {
+			// A true collision: neither is the id's, and which one a grant
+			// or an approval meant would be a guess.
+			var quoted []string
+			for _, n := range same {
+				quoted = append(quoted, strconv.Quote(n))
+			}
+			u.gw.warn("%s.%s left out: the server's tools %s all map to the id %s.%s", u.decl.Name, MappedName(t.Name), strings.Join(quoted, " and "), u.decl.Name, MappedName(t.Name))
+			continue
+		}
 		gt, problem, skip := u.tool(t, serverVersion)
 		switch {
 		case problem != "":
 			problems = append(problems, problem)
 		case skip != "":
-			u.gw.warn("%s.%s left out: %s", u.decl.Name, t.Name, skip)
+			u.gw.warn("%s.%s left out: %s", u.decl.Name, MappedName(t.Name), skip)
 		default:
 			out = append(out, gt)
 		}
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)
-		return nil, errors.New(strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(slices.Compact(problems), "; ")) // each once
 	}
 	return out, nil
 }
+
+// MappedName is the name an upstream tool has in toolgate, the TOOL of its
+// id SERVER.TOOL and of its capability scope mcp.call:SERVER/TOOL. A name
+// that is lowercase words joined by '.', '_' or '-' is its own; in another
+// (MCP allows spaces, parentheses, capitals, ...) each capital that
+// starts a word is lowered with an '_' before it, any other capital is
+// lowered, and each run of other characters becomes '_' (or the one '.',
+// '-' or '_' it is), dropped at either end; a name left with no letter or
+// digit is "tool-" and the first 8 hex digits of its SHA-256, one starting
+// with a digit gets a "t" before it. "greet (with Icons)" is
+// greet_with_icons, "getTinyImage" get_tiny_image. Two tools of a server
+// with the same mapped name are both left out (see Gateway).
+func MappedName(name string) string {
+	if toolNameRE.MatchString(name) {
+		return name
+	}
+	var b strings.Builder
+	var sep []rune // the run of other characters since the last letter or digit
+	prev := rune(0)
+	flush := func() {
+		if b.Len() > 0 && len(sep) > 0 {
+			if len(sep) == 1 && strings.ContainsRune("._-", sep[0]) {
+				b.WriteRune(sep[0])
+			} else {
+				b.WriteByte('_')
+			}
+		}
+		sep = sep[:0]
+	}
+	for _, r := range name {
+		switch {
+		case 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+			flush()
+			b.WriteRune(r)
+		case 'A' <= r && r <= 'Z':
+			if ('a' <= prev && prev <= 'z' || '0' <= prev && prev <= '9') && len(sep) == 0 {
+				sep = append(sep, 0, 0) // a new word: flush writes '_'
+			}
+			flush()
+			b.WriteRune(r + 'a' - 'A')
+		default:
+			sep = append(sep, r)
+		}
+		prev = r
+	}
+	out := b.String()
+	switch {
+	case out == "":
+		sum := sha256.Sum256([]byte(name))
+		return "tool-" + hex.EncodeToString(sum[:4])
+	case out[0] >= '0' && out[0] <= '9':
+		return "t" + out
+	}
+	return out
+}
+
+// toolNameRE is a name that is its own mapped name: the TOOL of a valid id.
+var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
 
 // tool makes the toolgate tool of t. A problem refuses the whole file (a
 // pin broken); a skip leaves the tool out with a warning.
 func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, problem, skip string) {
 	s := &u.decl
 	o := s.Tools[t.Name]
-	id := s.Name + "." + t.Name
+	mapped := MappedName(t.Name)
+	id := s.Name + "." + mapped
 	switch {
 	case id == ExecuteIntentTool:
 		return nil, "", "its id is the name of toolgate's own tool " + ExecuteIntentTool
@@ -383,6 +522,7 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	case o.SchemaSHA256 != "" && o.SchemaSHA256 != hash:
 		return nil, fmt.Sprintf("tool %s: the upstream's schemas changed under pinned version %s (schema_sha256 %s in the file, %s now); review the change, then pin a new version and hash", t.Name, version, o.SchemaSHA256, hash), ""
 	case !tools.IsSemver(version):
+		// The same for every tool of the server: load says it once.
 		return nil, fmt.Sprintf("the server reports version %q, which is not a semantic version: pin one with version:", serverVersion), ""
 	}
 	in, err := withDialect(t.InputSchema)
@@ -396,7 +536,7 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 			return nil, "", "outputSchema: " + err.Error()
 		}
 	}
-	scope := s.Name + "/" + t.Name
+	scope := s.Name + "/" + mapped
 	c, err := capability.Parse("mcp.call:" + scope)
 	if err != nil {
 		return nil, "", fmt.Sprintf("its name cannot be a capability scope: %v", err)
@@ -434,7 +574,7 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 			d.ResourceLimits.MaxConcurrent = l.MaxConcurrent
 		}
 	}
-	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut}
+	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut, strict: s.StrictSchemas}
 	// Register in a scratch registry: the same checks (id, RFC-0001 6.3
 	// lint, compile) as the real one, so that a tool that fails them is
 	// left out with the reason instead of refusing the whole file.
@@ -532,9 +672,12 @@ func (u *upstream) drop(cs *sdk.ClientSession) {
 
 func (u *upstream) close() error {
 	u.mu.Lock()
-	cs := u.session
+	cs, stderr := u.session, u.stderr
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
+	if stderr != nil {
+		defer stderr.flush() // after the process exited
+	}
 	if cs == nil {
 		return nil
 	}
@@ -557,9 +700,26 @@ type gatewayTool struct {
 	name       string // the upstream's name
 	decl       tools.Declaration
 	structured bool // the upstream declares an outputSchema
+	strict     bool // the server's strict_schemas
 }
 
-var _ tools.Tool = (*gatewayTool)(nil)
+var (
+	_ tools.Tool            = (*gatewayTool)(nil)
+	_ tools.UpstreamSchemas = (*gatewayTool)(nil)
+)
+
+// StrictSchemas is the server's strict_schemas: see tools.UpstreamSchemas.
+func (t *gatewayTool) StrictSchemas() bool { return t.strict }
+
+// Upstream names the MCP server and the upstream's own name of a tool the
+// gateway made (ok false for another tool): its id is SERVER.MappedName(TOOL).
+func Upstream(t tools.Tool) (server, tool string, ok bool) {
+	gt, ok := t.(*gatewayTool)
+	if !ok {
+		return "", "", false
+	}
+	return gt.up.decl.Name, gt.name, true
+}
 
 func (t *gatewayTool) Declaration() tools.Declaration { return t.decl }
 

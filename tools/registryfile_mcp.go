@@ -34,6 +34,7 @@ import (
 //	    version: 2.1.0                  # optional pin; default: the server's own version
 //	    requires_approval: false        # optional, for every tool of the server
 //	    idempotent: false
+//	    strict_schemas: false           # true: a tool whose schemas RFC-0001 6.3 faults is left out
 //	    limits: {max_execution_time: 30s, max_output_bytes: 0, max_concurrent: 0}
 //	    tools:                          # optional, per tool: overrides, and the pins' hashes
 //	      create_issue: {requires_approval: true, schema_sha256: 9f2c...}
@@ -67,7 +68,12 @@ type MCPServer struct {
 	// and RLIMIT_FSIZE, see Start): limits max_memory and max_file_size.
 	MaxMemory, MaxFileSize int64
 
-	Version          string // pinned version; "" means the upstream's own
+	Version string // pinned version; "" means the upstream's own
+	// StrictSchemas (strict_schemas: true) refuses a tool whose schemas
+	// RFC-0001 6.3 finds fault with, as a declared tool's would be; by
+	// default the findings are warnings kept with the tool (see
+	// UpstreamSchemas).
+	StrictSchemas    bool
 	RequiresApproval bool
 	Idempotent       bool
 	Limits           ResourceLimits            // of every call of its tools
@@ -171,7 +177,7 @@ var (
 	headerNameRE    = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	sha256HexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	mcpServerFields = []string{"name", "command", "args", "search_path", "env", "env_inherit", "env_from", "url", "headers_from_env",
-		"version", "requires_approval", "idempotent", "limits", "tools"}
+		"version", "requires_approval", "idempotent", "limits", "tools", "strict_schemas"}
 	mcpToolFields = []string{"version", "schema_sha256", "requires_approval", "idempotent", "limits"}
 )
 
@@ -327,7 +333,7 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 	for _, b := range []struct {
 		key string
 		dst *bool
-	}{{"idempotent", &s.Idempotent}, {"requires_approval", &s.RequiresApproval}} {
+	}{{"idempotent", &s.Idempotent}, {"requires_approval", &s.RequiresApproval}, {"strict_schemas", &s.StrictSchemas}} {
 		if f[b.key] != nil {
 			if *b.dst, err = p.boolean(f[b.key], b.key); err != nil {
 				return s, err
@@ -504,6 +510,7 @@ func (p *fileParser) registerMCP(reg *Registry, servers MCPTools) error {
 	if len(p.servers) == 0 {
 		return nil
 	}
+	reg.servers = p.servers
 	if servers == nil {
 		return p.errAt(p.serversKey, "mcp_servers: upstream MCP servers need a gateway (LoadRegistryFileWith with package mcp's Gateway; toolgate's commands have one)")
 	}

@@ -273,6 +273,9 @@ type globals struct {
 	// mcpOnly, set by a command that needs one tool, says which upstream
 	// MCP servers to start (see forTool); nil starts them all.
 	mcpOnly func(server string) bool
+	// ownWarnings: the command (tools, doctor) shows the gateway's
+	// warnings itself; registry does not print them.
+	ownWarnings bool
 }
 
 func newRoot(stdio Stdio) (*cobra.Command, *globals) {
