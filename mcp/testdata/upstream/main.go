@@ -9,6 +9,7 @@
 // it writes the pid of a child it starts (sleep, in its process group) to;
 // the tool limits reports its own RLIMIT_AS and RLIMIT_FSIZE.
 // $UPSTREAM_ENDLESS=1 makes it a server whose tools/list never ends.
+// $UPSTREAM_HELLO=1 makes it write three lines to its standard error.
 package main
 
 import (
@@ -87,6 +88,11 @@ func main() {
 			os.Exit(2)
 		}
 		os.WriteFile(p, []byte(strconv.Itoa(c.Process.Pid)), 0o600)
+	}
+	if os.Getenv("UPSTREAM_HELLO") == "1" {
+		// Two lines, one with an escape sequence, and a last one without
+		// its newline.
+		fmt.Fprint(os.Stderr, "hello\nfrom \x1b[31mred\nno newline")
 	}
 	version := os.Getenv("UPSTREAM_VERSION")
 	if version == "" {
