@@ -27,7 +27,8 @@ import (
 // value.
 type GatewayOptions struct {
 	// Stderr receives what stdio upstream servers write to their standard
-	// error; nil discards it.
+	// error, each line prefixed "toolgate: MCP server NAME: "; nil
+	// discards it.
 	Stderr io.Writer
 	// StartTimeout bounds connecting to an upstream and reading its
 	// tools/list; default 30s.
@@ -52,12 +53,14 @@ type GatewayOptions struct {
 //
 // What a gateway tool is:
 //
-//   - its id is NAME.TOOL (a tool whose name does not make a valid id, or
-//     whose id is a built-in tool's or toolgate.execute_intent, is left
-//     out, with a warning); its schemas are the upstream's, linted by RFC-0001
-//     6.3 as any registration is (a tool whose schemas fail is left out, with
-//     a warning naming it and why). An inputSchema without $schema gets draft
-//     2020-12's, which MCP defines as the default dialect. A tool without an
+//   - its id is NAME.MappedName(TOOL) (two tools whose names map to one id
+//     are both left out, with a warning naming both; a tool whose id is a
+//     built-in tool's or toolgate.execute_intent is left out, with a
+//     warning); its schemas are the upstream's, in any dialect the validator
+//     supports (tools.UpstreamSchemas): RFC-0001 6.3's findings are warnings
+//     kept with the tool, or, with the server's strict_schemas, leave it out
+//     with a warning naming it and why. An inputSchema without $schema gets
+//     draft 2020-12's, which MCP defines as the default dialect. A tool without an
 //     outputSchema gets a permissive one ({"type": "object"}), and its output
 //     is {"content": [the result's content blocks]} (with
 //     "structuredContent" when the result has one); a tool with an
@@ -116,7 +119,8 @@ func NewGateway(opts *GatewayOptions) *Gateway {
 }
 
 // Warnings returns why tools were left out, one line each, in the order
-// found.
+// found. (What RFC-0001 6.3 finds in a tool that was kept is its registry
+// entry's, tools.Entry.Warnings.)
 func (g *Gateway) Warnings() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
