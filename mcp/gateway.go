@@ -172,6 +172,51 @@ func (g *Gateway) warn(format string, args ...any) {
 	g.warnings = append(g.warnings, fmt.Sprintf(format, args...))
 }
 
+// PinBlock connects to the server s, reads its tools/list and returns the
+// lines that pin it, ready to paste under its entry in the registry file
+// once a person has reviewed the tools: version (the server's own when it
+// is a semantic version, else 0.0.0 and a comment saying to choose one)
+// and, under tools:, each tool's schema_sha256 (keyed by the upstream's
+// own name), indented for an entry of mcp_servers.
+func (g *Gateway) PinBlock(s tools.MCPServer) (string, error) {
+	u := &upstream{decl: s, gw: g}
+	defer u.close()
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.StartTimeout)
+	defer cancel()
+	cs, err := u.connect(ctx)
+	if err != nil {
+		return "", fmt.Errorf("MCP server %s: cannot connect: %v", s.Name, err)
+	}
+	u.mu.Lock()
+	u.session = cs
+	u.mu.Unlock()
+	list, err := listTools(ctx, cs, g.opts.MaxTools)
+	if err != nil {
+		return "", fmt.Errorf("MCP server %s: tools/list: %v", s.Name, err)
+	}
+	var b strings.Builder
+	version := ""
+	if ir := cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		version = strings.TrimPrefix(ir.ServerInfo.Version, "v")
+	}
+	if tools.IsSemver(version) {
+		fmt.Fprintf(&b, "    version: %s\n", version)
+	} else {
+		fmt.Fprintf(&b, "    version: 0.0.0  # the server reports %q: choose the version you reviewed\n", version)
+	}
+	b.WriteString("    tools:\n")
+	slices.SortFunc(list, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
+	for _, t := range list {
+		h, err := SchemaSHA256(t.InputSchema, t.OutputSchema)
+		if err != nil {
+			return "", fmt.Errorf("MCP server %s: tool %s: its schemas are not JSON: %v", s.Name, t.Name, err)
+		}
+		name, _ := json.Marshal(t.Name) // a YAML double-quoted key
+		fmt.Fprintf(&b, "      %s: {schema_sha256: %s}\n", name, h)
+	}
+	return b.String(), nil
+}
+
 // SchemaSHA256 is the hash a registry file pins an upstream tool's schemas
 // with (schema_sha256): the hex SHA-256 of the JSON object
 // {"inputSchema": ..., "outputSchema": ...} holding the schemas as the

@@ -75,41 +75,27 @@ func buildEverything(t *testing.T) string {
 	return out
 }
 
-// pins lists a stdio server's tools with the SDK's own client and returns
-// the tools: block pinning each (schema_sha256), as a person would after
-// reviewing them, and the server's name and version.
-func pins(t *testing.T, command string) (block, server string) {
+// serverInfo is a stdio server's name and version, as it reports them.
+func serverInfo(t *testing.T, command string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.Command(command)
-	c := sdk.NewClient(&sdk.Implementation{Name: "pins", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	c := sdk.NewClient(&sdk.Implementation{Name: "info", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: exec.Command(command)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	var b strings.Builder
-	b.WriteString("    tools:\n")
-	for tool, err := range cs.Tools(ctx, nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := mcp.SchemaSHA256(tool.InputSchema, tool.OutputSchema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "      %q: {schema_sha256: %s}\n", tool.Name, h)
-	}
 	si := cs.InitializeResult().ServerInfo
-	return b.String(), fmt.Sprintf("%s (version %q)", si.Name, si.Version)
+	return fmt.Sprintf("%s (version %q)", si.Name, si.Version)
 }
 
 // Widely used MCP servers this project did not write, from the npm
 // registry and unchanged (@modelcontextprotocol/server-filesystem and
 // server-memory, pinned in scripts/interop/package-lock.json), and the Go
 // SDK's example server (names with spaces, no version), sit behind the
-// gateway of `toolgate mcp`; an agent with the Go SDK's client drives each
+// gateway of `toolgate mcp` (the example pinned with the block `toolgate
+// pin` prints); an agent with the Go SDK's client drives each
 // through a granted read, a refused write that never reaches it (the disk
 // and the memory file prove it), and the server's own refusal coming back
 // as the call's error. Then toolgate audit verify passes. Each flow's
@@ -127,7 +113,7 @@ func TestInterop_GatewayPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	memFile := filepath.Join(dir, "memory.jsonl")
-	everythingPins, everythingInfo := pins(t, everything)
+	everythingInfo := serverInfo(t, everything)
 	t.Logf("peers: %s, %s, Go SDK example server %s", npmVersion(t, filepath.Join(modules, "server-filesystem")),
 		npmVersion(t, filepath.Join(modules, "server-memory")), everythingInfo)
 
@@ -144,17 +130,32 @@ func TestInterop_GatewayPeers(t *testing.T) {
     limits: {max_execution_time: 30s}
   - name: everything
     command: %s
-    version: 1.0.0
     limits: {max_execution_time: 30s}
-%s`, node, filepath.Join(modules, "server-filesystem", "dist", "index.js"), data,
+`, node, filepath.Join(modules, "server-filesystem", "dist", "index.js"), data,
 		node, filepath.Join(modules, "server-memory", "dist", "index.js"), memFile,
-		everything, everythingPins)
+		everything)
 	if err := os.WriteFile(reg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "tg.db")
 
-	out, err := exec.Command(bin, "--db", db, "--registry", reg, "tools").CombinedOutput()
+	// It reports no version: pin it, with the block toolgate pin prints
+	// (its version line replaced by the one chosen after review).
+	out, err := exec.Command(bin, "--db", db, "--registry", reg, "pin", "everything").Output()
+	if err != nil {
+		t.Fatalf("toolgate pin everything: %v\n%s", err, out)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[1], "    version: 0.0.0  # the server reports") {
+		t.Fatalf("toolgate pin everything:\n%s", out)
+	}
+	lines[1] = "    version: 1.0.0"
+	body += strings.Join(lines[1:], "\n")
+	if err := os.WriteFile(reg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err = exec.Command(bin, "--db", db, "--registry", reg, "tools").CombinedOutput()
 	if err != nil {
 		t.Fatalf("toolgate tools: %v\n%s", err, out)
 	}
