@@ -245,12 +245,13 @@ type upstream struct {
 	decl tools.MCPServer
 	gw   *Gateway
 
-	mu      sync.Mutex
-	session *sdk.ClientSession
-	hashes  map[string]string // upstream tool name -> schema hash at load
-	stderr  *lineWriter       // the server's standard error, made by stderrLog
-	stale   bool              // the session's server said its tools changed
-	closed  bool
+	mu         sync.Mutex
+	session    *sdk.ClientSession
+	hashes     map[string]string // upstream tool name -> schema hash at load
+	stderr     *lineWriter       // the server's standard error, made once by stderrLog
+	stderrOnce sync.Once
+	stale      bool // the session's server said its tools changed
+	closed     bool
 }
 
 // errUpstreamClosed is the cause of a call made after the gateway closed.
@@ -296,11 +297,10 @@ func (u *upstream) stderrLog() io.Writer {
 	if u.gw.opts.Stderr == io.Discard {
 		return io.Discard
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.stderr == nil {
+	// Not under u.mu: a reconnect (sessionFor) starts the process holding it.
+	u.stderrOnce.Do(func() {
 		u.stderr = &lineWriter{w: u.gw.opts.Stderr, prefix: "toolgate: MCP server " + u.decl.Name + ": "}
-	}
+	})
 	return u.stderr
 }
 
@@ -721,11 +721,12 @@ func (u *upstream) drop(cs *sdk.ClientSession) {
 
 func (u *upstream) close() error {
 	u.mu.Lock()
-	cs, stderr := u.session, u.stderr
+	cs := u.session
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
-	if stderr != nil {
-		defer stderr.flush() // after the process exited
+	u.stderrOnce.Do(func() {}) // no writer made after this one
+	if u.stderr != nil {
+		defer u.stderr.flush() // after the process exited
 	}
 	if cs == nil {
 		return nil
