@@ -176,8 +176,10 @@ func (g *Gateway) warn(format string, args ...any) {
 // lines that pin it, ready to paste under its entry in the registry file
 // once a person has reviewed the tools: version (the server's own when it
 // is a semantic version, else 0.0.0 and a comment saying to choose one)
-// and, under tools:, each tool's schema_sha256 (keyed by the upstream's
-// own name), indented for an entry of mcp_servers.
+// and, under tools:, each tool's schema_sha256 and definition_sha256
+// (keyed by the upstream's own name), indented for an entry of
+// mcp_servers. Both hashes let a drift say whether the schemas changed or
+// only the description, title or annotations.
 func (g *Gateway) PinBlock(s tools.MCPServer) (string, error) {
 	u := &upstream{decl: s, gw: g}
 	defer u.close()
@@ -211,8 +213,12 @@ func (g *Gateway) PinBlock(s tools.MCPServer) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("MCP server %s: tool %s: its schemas are not JSON: %v", s.Name, t.Name, err)
 		}
+		d, err := DefinitionSHA256(t)
+		if err != nil {
+			return "", fmt.Errorf("MCP server %s: tool %s: its definition is not JSON: %v", s.Name, t.Name, err)
+		}
 		name, _ := json.Marshal(t.Name) // a YAML double-quoted key
-		fmt.Fprintf(&b, "      %s: {schema_sha256: %s}\n", name, h)
+		fmt.Fprintf(&b, "      %s: {schema_sha256: %s, definition_sha256: %s}\n", name, h, d)
 	}
 	return b.String(), nil
 }
@@ -223,7 +229,13 @@ func (g *Gateway) PinBlock(s tools.MCPServer) (string, error) {
 // upstream lists them (outputSchema null when it has none), with object
 // keys sorted and no insignificant space.
 func SchemaSHA256(inputSchema, outputSchema any) (string, error) {
-	b, err := json.Marshal(map[string]any{"inputSchema": inputSchema, "outputSchema": outputSchema})
+	return canonicalSHA256(map[string]any{"inputSchema": inputSchema, "outputSchema": outputSchema})
+}
+
+// canonicalSHA256 is the hex SHA-256 of m as JSON, object keys sorted, no
+// insignificant space, numbers as written.
+func canonicalSHA256(m map[string]any) (string, error) {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return "", err
 	}
@@ -238,6 +250,19 @@ func SchemaSHA256(inputSchema, outputSchema any) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// DefinitionSHA256 is the hash a registry file pins an upstream tool's
+// whole definition with (definition_sha256): as SchemaSHA256, of the JSON
+// object {"name", "title", "description", "annotations", "inputSchema",
+// "outputSchema"} as the upstream lists them (null for what it does not
+// give). A changed description (the usual "rug pull" of a tool that was
+// approved) changes it.
+func DefinitionSHA256(t *sdk.Tool) (string, error) {
+	return canonicalSHA256(map[string]any{
+		"name": t.Name, "title": t.Title, "description": t.Description, "annotations": t.Annotations,
+		"inputSchema": t.InputSchema, "outputSchema": t.OutputSchema,
+	})
 }
 
 // upstream is one MCP server behind the gateway.
@@ -558,6 +583,10 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	if err != nil {
 		return nil, "", fmt.Sprintf("its schemas are not JSON: %v", err)
 	}
+	defHash, err := DefinitionSHA256(t)
+	if err != nil {
+		return nil, "", fmt.Sprintf("its definition is not JSON: %v", err)
+	}
 	version, pinned := o.Version, true
 	if version == "" {
 		version = s.Version
@@ -565,11 +594,20 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	if version == "" {
 		version, pinned = serverVersion, false
 	}
+	// drift is what changed under a pin: the tool is then unavailable
+	// until a person reviews it and updates the pin.
+	drift := ""
 	switch {
-	case pinned && o.SchemaSHA256 == "":
-		return nil, fmt.Sprintf("tool %s has version %s pinned but no schema_sha256 for it: the upstream's schemas hash to %s (add schema_sha256: %s under tools: %s:, once you have reviewed them)", t.Name, version, hash, hash, t.Name), ""
 	case o.SchemaSHA256 != "" && o.SchemaSHA256 != hash:
-		return nil, fmt.Sprintf("tool %s: the upstream's schemas changed under pinned version %s (schema_sha256 %s in the file, %s now); review the change, then pin a new version and hash", t.Name, version, o.SchemaSHA256, hash), ""
+		drift = fmt.Sprintf("its schemas changed (schema_sha256 %s in the file, %s now)", o.SchemaSHA256, hash)
+	case o.DefinitionSHA256 != "" && o.DefinitionSHA256 != defHash && o.SchemaSHA256 != "":
+		drift = fmt.Sprintf("its title, description or annotations changed, its schemas did not (definition_sha256 %s in the file, %s now)", o.DefinitionSHA256, defHash)
+	case o.DefinitionSHA256 != "" && o.DefinitionSHA256 != defHash:
+		drift = fmt.Sprintf("its definition (name, title, description, annotations or schemas) changed (definition_sha256 %s in the file, %s now)", o.DefinitionSHA256, defHash)
+	}
+	switch {
+	case pinned && o.SchemaSHA256 == "" && o.DefinitionSHA256 == "" && !s.UnpinnedDefinitions:
+		return nil, fmt.Sprintf("tool %s has version %s pinned but no definition_sha256 for it: the upstream's definition hashes to %s (toolgate pin %s prints every tool's, to paste once you have reviewed them; pin_definitions: false pins the version alone)", t.Name, version, defHash, s.Name), ""
 	case !tools.IsSemver(version):
 		// The same for every tool of the server: load says it once.
 		return nil, fmt.Sprintf("the server reports version %q, which is not a semantic version: pin one with version:", serverVersion), ""
@@ -624,13 +662,17 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 		}
 	}
 	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut, strict: s.StrictSchemas}
+	if drift != "" {
+		gt.drift = fmt.Sprintf("the upstream's definition of %s changed under pinned version %s: %s; review it (toolgate describe %s), then update the pin (toolgate pin %s)", t.Name, version, drift, id, s.Name)
+		u.gw.warn("%s unavailable: %s", id, gt.drift)
+	}
 	// Register in a scratch registry: the same checks (id, RFC-0001 6.3
 	// lint, compile) as the real one, so that a tool that fails them is
 	// left out with the reason instead of refusing the whole file.
 	if err := tools.NewRegistry().Register(gt); err != nil {
 		return nil, "", strings.TrimPrefix(err.Error(), "tools: ")
 	}
-	u.hashes[t.Name] = hash
+	u.hashes[t.Name] = defHash
 	return gt, "", ""
 }
 
@@ -701,7 +743,7 @@ func (u *upstream) recheck(ctx context.Context, cs *sdk.ClientSession) error {
 	}
 	for _, t := range list {
 		if want, ok := u.hashes[t.Name]; ok {
-			if got, err := SchemaSHA256(t.InputSchema, t.OutputSchema); err != nil || got != want {
+			if got, err := DefinitionSHA256(t); err != nil || got != want {
 				delete(u.hashes, t.Name)
 			}
 		}
@@ -749,8 +791,9 @@ type gatewayTool struct {
 	up         *upstream
 	name       string // the upstream's name
 	decl       tools.Declaration
-	structured bool // the upstream declares an outputSchema
-	strict     bool // the server's strict_schemas
+	structured bool   // the upstream declares an outputSchema
+	strict     bool   // the server's strict_schemas
+	drift      string // why the tool is unavailable: its definition changed under a pin
 }
 
 var (
@@ -778,6 +821,9 @@ func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.Ra
 	unavailable := func(detail string, err error) error {
 		return &tools.UnavailableError{Resource: "mcp_upstream", Detail: fmt.Sprintf("MCP server %s %s", t.up.decl.Name, detail), Err: err}
 	}
+	if t.drift != "" {
+		return nil, unavailable("changed a pinned tool: "+t.drift, nil)
+	}
 	cs, err := t.up.sessionFor(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -786,7 +832,7 @@ func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.Ra
 		return nil, unavailable("could not be reached", err)
 	}
 	if !t.up.current(t.name) {
-		return nil, unavailable(fmt.Sprintf("changed the schemas of %s since toolgate started; restart toolgate to load them", t.name), nil)
+		return nil, unavailable(fmt.Sprintf("changed the definition of %s since toolgate started; restart toolgate to load it", t.name), nil)
 	}
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.name, Arguments: input})
 	if err != nil {
