@@ -69,10 +69,14 @@ type GatewayOptions struct {
 //   - its version is the one pinned in the file, else the upstream server's
 //     own (a leading "v" dropped; one that is not a semantic version must be
 //     pinned). Approvals are bound to tool@version, so under a pin the
-//     upstream's schemas are pinned too: the file gives, per tool, the
-//     schema_sha256 of the schemas it approved (see SchemaSHA256), and a
-//     pinned tool whose hash is missing or differs refuses to load, with the
-//     hash the upstream now has.
+//     upstream's definition is pinned too: the file gives, per tool, the
+//     definition_sha256 of the definition it approved (DefinitionSHA256;
+//     PinBlock prints them), and/or the schema_sha256 of its schemas
+//     (SchemaSHA256); a pinned tool with neither refuses to load, naming
+//     the hash, unless the server says pin_definitions: false. A pinned
+//     tool whose definition differs is registered but unavailable (a
+//     tools.UnavailableError naming what changed, and a warning) until a
+//     person updates the pin.
 //   - it requires mcp.call:NAME/TOOL (a grant of mcp.call:NAME covers every
 //     tool of the server), and is idempotent, requires approval and has the
 //     limits the file says (per tool, else per server). The upstream's own

@@ -101,3 +101,45 @@ func TestGateway_PeerSchemasAndNames(t *testing.T) {
 		t.Errorf("the warning is printed %d times:\n%s", n, r.stderr)
 	}
 }
+
+// toolgate pin prints a server's pin block; pasted, the server loads
+// pinned and doctor says nothing is unpinned; a version pinned alone
+// (pin_definitions: false) loads, and doctor says which tools are not
+// pinned beyond it.
+func TestGateway_PinBlockAndDoctor(t *testing.T) {
+	workdir(t)
+	entry := peerUpstream(t, "")
+	must(t, os.WriteFile("gateway.yaml", []byte(entry), 0o600))
+	r := toolgate(t, "", "--registry", "gateway.yaml", "pin", "notes")
+	if r.code != 0 || !strings.Contains(r.stdout, "    version: 2.0.1\n    tools:\n") || !strings.Contains(r.stdout, `      "read note": {schema_sha256: `) ||
+		!strings.Contains(r.stdout, "definition_sha256: ") {
+		t.Fatalf("pin: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	_, block, _ := strings.Cut(r.stdout, "\n") // the comment line
+	doctorCheck := func() check {
+		t.Helper()
+		r := toolgate(t, "", "--registry", "gateway.yaml", "doctor", "--json")
+		var rep struct{ Checks []check }
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("doctor --json: %v\n%s%s", err, r.stdout, r.stderr)
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "MCP server notes" {
+				return c
+			}
+		}
+		t.Fatalf("no check of the server: %+v", rep.Checks)
+		return check{}
+	}
+	must(t, os.WriteFile("gateway.yaml", []byte(entry+block), 0o600))
+	if c := doctorCheck(); strings.Contains(c.Detail, "pinned") {
+		t.Errorf("pinned with the block: %+v", c)
+	}
+	must(t, os.WriteFile("gateway.yaml", []byte(entry+"    version: 2.0.1\n    pin_definitions: false\n"), 0o600))
+	if c := doctorCheck(); c.Status != checkWarning || !strings.Contains(c.Detail, "not pinned beyond the version (pin_definitions: false): notes.read_note, notes.write_note_draft; a changed description or schema passes unnoticed") {
+		t.Errorf("the version alone: %+v", c)
+	}
+	if r := toolgate(t, "", "--registry", "gateway.yaml", "pin", "nope"); r.code != ExitUsage || !strings.Contains(r.stderr, `no MCP server "nope"`) {
+		t.Errorf("pin nope: exit %d\n%s", r.code, r.stderr)
+	}
+}

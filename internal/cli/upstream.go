@@ -46,7 +46,7 @@ func writeUpstreamNotes(w io.Writer, entries []*tools.Entry, leftOut []string) {
 		fmt.Fprintf(w, "\nUpstream names mapped to tool ids (the id, and its capability scope SERVER/TOOL, replace what an id cannot hold):\n%s\n", strings.Join(slices.Compact(mapped), "\n"))
 	}
 	if len(warnings) > 0 {
-		fmt.Fprintf(w, "\nWarnings on upstream tools (RFC-0001 6.3 findings in their schemas, kept with the tool; strict_schemas: true leaves such a tool out):\n%s\n", strings.Join(slices.Compact(warnings), "\n"))
+		fmt.Fprintf(w, "\nWarnings on upstream tools (RFC-0001 6.3 findings in their schemas, kept with the tool, strict_schemas: true leaves such a tool out; tools left out; pinned tools that drifted, unavailable):\n%s\n", strings.Join(slices.Compact(warnings), "\n"))
 	}
 }
 
@@ -80,6 +80,10 @@ func checkMCPServers(reg *tools.Registry, gw *mcp.Gateway) []check {
 			}
 		}
 		warned := false
+		if unpinned := notPinned(reg, s); unpinned != "" {
+			notes = append(notes, unpinned)
+			warned = true
+		}
 		for _, l := range leftOut {
 			if strings.HasPrefix(l, s.Name+".") {
 				notes = append(notes, l)
@@ -101,4 +105,39 @@ func checkMCPServers(reg *tools.Registry, gw *mcp.Gateway) []check {
 		out = append(out, c)
 	}
 	return out
+}
+
+// notPinned says what of server s's pinned tools is not pinned beyond the
+// version: a version pinned alone (pin_definitions: false), and tools whose
+// pin covers only the schemas (schema_sha256 without definition_sha256),
+// whose description can change unnoticed. "" when nothing.
+func notPinned(reg *tools.Registry, s tools.MCPServer) string {
+	var alone, schemasOnly []string
+	for _, e := range reg.Entries() {
+		server, name, ok := mcp.Upstream(e.Tool())
+		if !ok || server != s.Name {
+			continue
+		}
+		o := s.Tools[name]
+		if o.Version == "" && s.Version == "" {
+			continue // the server's own version: nothing pinned
+		}
+		switch {
+		case o.SchemaSHA256 == "" && o.DefinitionSHA256 == "":
+			alone = append(alone, e.Declaration().ID)
+		case o.DefinitionSHA256 == "":
+			schemasOnly = append(schemasOnly, e.Declaration().ID)
+		}
+	}
+	var parts []string
+	if len(alone) > 0 {
+		parts = append(parts, fmt.Sprintf("not pinned beyond the version (pin_definitions: false): %s; a changed description or schema passes unnoticed", strings.Join(alone, ", ")))
+	}
+	if len(schemasOnly) > 0 {
+		parts = append(parts, fmt.Sprintf("only the schemas pinned (no definition_sha256): %s; a changed description passes unnoticed", strings.Join(schemasOnly, ", ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + fmt.Sprintf(" (toolgate pin %s prints the hashes)", s.Name)
 }
