@@ -92,10 +92,10 @@ type GatewayOptions struct {
 // when more): a larger one, a JSON answer over HTTP included, breaks the
 // connection and the call is a ResourceError. A connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
-// schemas are checked again, as they are on the next call after the server
-// says its tools changed (notifications/tools/list_changed): a tool whose
-// schemas changed since the start is unavailable until toolgate starts
-// again, and a tool added since is not one of toolgate's.
+// definitions are checked again, as they are on the next call after the
+// server says its tools changed (notifications/tools/list_changed): a tool
+// whose definition changed since the start is unavailable until toolgate
+// starts again, and a tool added since is not one of toolgate's.
 type Gateway struct {
 	opts GatewayOptions
 
