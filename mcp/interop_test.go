@@ -22,10 +22,10 @@ import (
 // a missing peer (node, the npm packages) a failure instead of a skip.
 const interopEnv = "TOOLGATE_TEST_INTEROP"
 
-const interopHowTo = "run scripts/interop-gateway.sh (it installs the npm peers pinned in scripts/interop/package-lock.json, with node, and runs this test)"
+const interopHowTo = "run scripts/interop-gateway.sh (it installs the npm peers pinned in scripts/interop/gateway/package-lock.json, with node, and runs this test)"
 
 // interopPeers returns node and the directory of the npm peers
-// (scripts/interop/node_modules), or skips (fails under
+// (scripts/interop/gateway/node_modules), or skips (fails under
 // TOOLGATE_TEST_INTEROP=require).
 func interopPeers(t *testing.T) (node, modules string) {
 	t.Helper()
@@ -39,7 +39,7 @@ func interopPeers(t *testing.T) (node, modules string) {
 	if err != nil {
 		miss("node is not installed")
 	}
-	modules, err = filepath.Abs("../scripts/interop/node_modules/@modelcontextprotocol")
+	modules, err = filepath.Abs("../scripts/interop/gateway/node_modules/@modelcontextprotocol")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func serverInfo(t *testing.T, command string) string {
 
 // Widely used MCP servers this project did not write, from the npm
 // registry and unchanged (@modelcontextprotocol/server-filesystem and
-// server-memory, pinned in scripts/interop/package-lock.json), and the Go
+// server-memory, pinned in scripts/interop/gateway/package-lock.json), and the Go
 // SDK's example server (names with spaces, no version), sit behind the
 // gateway of `toolgate mcp` (the example pinned with the block `toolgate
 // pin` prints); an agent with the Go SDK's client drives each

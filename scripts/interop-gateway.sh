@@ -5,8 +5,8 @@
 # refusal; then toolgate audit verify passes (mcp/interop_test.go,
 # TestInterop_GatewayPeers). The peers:
 #   - @modelcontextprotocol/server-filesystem and server-memory from the npm
-#     registry, at the exact versions of scripts/interop/package.json,
-#     locked (with every dependency) in scripts/interop/package-lock.json;
+#     registry, at the exact versions of scripts/interop/gateway/package.json,
+#     locked (with every dependency) in scripts/interop/gateway/package-lock.json;
 #   - the Go SDK's example server (examples/server/everything), built from
 #     the module source go.mod pins.
 # It installs node and npm (Debian's nodejs and npm) when missing, as root.
@@ -23,7 +23,7 @@ echo "node $(node --version), npm $(npm --version)"
 
 # npm ci: exactly the lock file, nothing resolved anew; node_modules is
 # git-ignored.
-(cd scripts/interop && npm ci --no-audit --no-fund --loglevel=error)
+(cd scripts/interop/gateway && npm ci --no-audit --no-fund --loglevel=error)
 
 # require: a missing peer fails the test instead of skipping it.
 TOOLGATE_TEST_INTEROP=require go test -race -count=1 -v -run 'TestInterop_GatewayPeers' ./mcp \
