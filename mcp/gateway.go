@@ -477,7 +477,11 @@ func (u *upstream) load() ([]tools.Tool, error) {
 	var problems []string
 	for name, o := range u.decl.Tools {
 		if byName[name] == nil {
-			problems = append(problems, fmt.Sprintf("tool %s (line %d) is not one the server lists", name, o.Line))
+			hint := ""
+			if same := ids[name]; len(same) == 1 {
+				hint = fmt.Sprintf(" (it is the id of its tool %q: tools: takes the server's own names)", same[0])
+			}
+			problems = append(problems, fmt.Sprintf("tool %s (line %d) is not one the server lists%s", name, o.Line, hint))
 		}
 	}
 	u.hashes = map[string]string{}

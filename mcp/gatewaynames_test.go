@@ -104,6 +104,20 @@ func TestGateway_NamesAndNoise(t *testing.T) {
 		t.Errorf("stderr:\n%q\nwant:\n%q", got, want)
 	}
 
+	// tools: takes the server's own names; a mapped one is pointed to.
+	if err := os.WriteFile(file, append(body, []byte("    tools:\n      get_tiny_image: {idempotent: true}\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw = mcp.NewGateway(nil)
+	_, err = tools.LoadRegistryFileWith(file, gw.Tools)
+	gw.Close()
+	if err == nil || !strings.Contains(err.Error(), `tool get_tiny_image (line 8) is not one the server lists (it is the id of its tool "getTinyImage": tools: takes the server's own names)`) {
+		t.Errorf("tools: keyed by a mapped name: %v", err)
+	}
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	t.Setenv("UPSTREAM_VERSION", "nightly")
 	gw = mcp.NewGateway(nil)
 	defer gw.Close()
