@@ -73,12 +73,12 @@ func TestGateway_SchemaDriftOnReconnect(t *testing.T) {
 	var res *tgruntime.Result
 	for range 3 {
 		res, _ = rt.Execute(context.Background(), grantUp("up.echo", `{"text":"after"}`))
-		if res != nil && res.Error != nil && strings.Contains(res.Error.Message, "changed the schemas") {
+		if res != nil && res.Error != nil && strings.Contains(res.Error.Message, "changed the definition") {
 			break
 		}
 	}
 	if res == nil || res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" ||
-		!strings.Contains(res.Error.Message, "changed the schemas of echo") {
+		!strings.Contains(res.Error.Message, "changed the definition of echo") {
 		t.Fatalf("up.echo after its schema changed: %+v, want a ResourceError saying the schemas changed", res)
 	}
 	if n := calls(t, log, "echo"); n != 1 {
@@ -89,7 +89,7 @@ func TestGateway_SchemaDriftOnReconnect(t *testing.T) {
 	}
 }
 
-var pinHash = regexp.MustCompile(`tool (\w+) has version \S+ pinned but no schema_sha256 for it: the upstream's schemas hash to ([0-9a-f]{64})`)
+var pinHash = regexp.MustCompile(`tool (\w+) has version \S+ pinned but no definition_sha256 for it: the upstream's definition hashes to ([0-9a-f]{64})`)
 
 // What a server declares (requires_approval, idempotent, version) holds
 // for each of its tools, and a tool's own entry overrides it.
@@ -116,7 +116,7 @@ func TestGateway_ServerLevelDeclarations(t *testing.T) {
 		if m[1] == "fail" {
 			extra = ", requires_approval: false, idempotent: false, version: 3.1.0"
 		}
-		fmt.Fprintf(&b, "      %s: {schema_sha256: %s%s}\n", m[1], m[2], extra)
+		fmt.Fprintf(&b, "      %s: {definition_sha256: %s%s}\n", m[1], m[2], extra)
 	}
 	gw = mcp.NewGateway(nil)
 	defer gw.Close()

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +27,8 @@ import (
 // value.
 type GatewayOptions struct {
 	// Stderr receives what stdio upstream servers write to their standard
-	// error; nil discards it.
+	// error, each line prefixed "toolgate: MCP server NAME: "; nil
+	// discards it.
 	Stderr io.Writer
 	// StartTimeout bounds connecting to an upstream and reading its
 	// tools/list; default 30s.
@@ -50,12 +53,14 @@ type GatewayOptions struct {
 //
 // What a gateway tool is:
 //
-//   - its id is NAME.TOOL (a tool whose name does not make a valid id, or
-//     whose id is a built-in tool's or toolgate.execute_intent, is left
-//     out, with a warning); its schemas are the upstream's, linted by RFC-0001
-//     6.3 as any registration is (a tool whose schemas fail is left out, with
-//     a warning naming it and why). An inputSchema without $schema gets draft
-//     2020-12's, which MCP defines as the default dialect. A tool without an
+//   - its id is NAME.MappedName(TOOL) (two tools whose names map to one id
+//     are both left out, with a warning naming both; a tool whose id is a
+//     built-in tool's or toolgate.execute_intent is left out, with a
+//     warning); its schemas are the upstream's, in any dialect the validator
+//     supports (tools.UpstreamSchemas): RFC-0001 6.3's findings are warnings
+//     kept with the tool, or, with the server's strict_schemas, leave it out
+//     with a warning naming it and why. An inputSchema without $schema gets
+//     draft 2020-12's, which MCP defines as the default dialect. A tool without an
 //     outputSchema gets a permissive one ({"type": "object"}), and its output
 //     is {"content": [the result's content blocks]} (with
 //     "structuredContent" when the result has one); a tool with an
@@ -64,10 +69,14 @@ type GatewayOptions struct {
 //   - its version is the one pinned in the file, else the upstream server's
 //     own (a leading "v" dropped; one that is not a semantic version must be
 //     pinned). Approvals are bound to tool@version, so under a pin the
-//     upstream's schemas are pinned too: the file gives, per tool, the
-//     schema_sha256 of the schemas it approved (see SchemaSHA256), and a
-//     pinned tool whose hash is missing or differs refuses to load, with the
-//     hash the upstream now has.
+//     upstream's definition is pinned too: the file gives, per tool, the
+//     definition_sha256 of the definition it approved (DefinitionSHA256;
+//     PinBlock prints them), and/or the schema_sha256 of its schemas
+//     (SchemaSHA256); a pinned tool with neither refuses to load, naming
+//     the hash, unless the server says pin_definitions: false. A pinned
+//     tool whose definition differs is registered but unavailable (a
+//     tools.UnavailableError naming what changed, and a warning) until a
+//     person updates the pin.
 //   - it requires mcp.call:NAME/TOOL (a grant of mcp.call:NAME covers every
 //     tool of the server), and is idempotent, requires approval and has the
 //     limits the file says (per tool, else per server). The upstream's own
@@ -83,10 +92,10 @@ type GatewayOptions struct {
 // when more): a larger one, a JSON answer over HTTP included, breaks the
 // connection and the call is a ResourceError. A connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
-// schemas are checked again, as they are on the next call after the server
-// says its tools changed (notifications/tools/list_changed): a tool whose
-// schemas changed since the start is unavailable until toolgate starts
-// again, and a tool added since is not one of toolgate's.
+// definitions are checked again, as they are on the next call after the
+// server says its tools changed (notifications/tools/list_changed): a tool
+// whose definition changed since the start is unavailable until toolgate
+// starts again, and a tool added since is not one of toolgate's.
 type Gateway struct {
 	opts GatewayOptions
 
@@ -114,7 +123,8 @@ func NewGateway(opts *GatewayOptions) *Gateway {
 }
 
 // Warnings returns why tools were left out, one line each, in the order
-// found.
+// found. (What RFC-0001 6.3 finds in a tool that was kept is its registry
+// entry's, tools.Entry.Warnings.)
 func (g *Gateway) Warnings() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -166,13 +176,70 @@ func (g *Gateway) warn(format string, args ...any) {
 	g.warnings = append(g.warnings, fmt.Sprintf(format, args...))
 }
 
+// PinBlock connects to the server s, reads its tools/list and returns the
+// lines that pin it, ready to paste under its entry in the registry file
+// once a person has reviewed the tools: version (the server's own when it
+// is a semantic version, else 0.0.0 and a comment saying to choose one)
+// and, under tools:, each tool's schema_sha256 and definition_sha256
+// (keyed by the upstream's own name), indented for an entry of
+// mcp_servers. Both hashes let a drift say whether the schemas changed or
+// only the description, title or annotations.
+func (g *Gateway) PinBlock(s tools.MCPServer) (string, error) {
+	u := &upstream{decl: s, gw: g}
+	defer u.close()
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.StartTimeout)
+	defer cancel()
+	cs, err := u.connect(ctx)
+	if err != nil {
+		return "", fmt.Errorf("MCP server %s: cannot connect: %v", s.Name, err)
+	}
+	u.mu.Lock()
+	u.session = cs
+	u.mu.Unlock()
+	list, err := listTools(ctx, cs, g.opts.MaxTools)
+	if err != nil {
+		return "", fmt.Errorf("MCP server %s: tools/list: %v", s.Name, err)
+	}
+	var b strings.Builder
+	version := ""
+	if ir := cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		version = strings.TrimPrefix(ir.ServerInfo.Version, "v")
+	}
+	if tools.IsSemver(version) {
+		fmt.Fprintf(&b, "    version: %s\n", version)
+	} else {
+		fmt.Fprintf(&b, "    version: 0.0.0  # the server reports %q: choose the version you reviewed\n", version)
+	}
+	b.WriteString("    tools:\n")
+	slices.SortFunc(list, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
+	for _, t := range list {
+		h, err := SchemaSHA256(t.InputSchema, t.OutputSchema)
+		if err != nil {
+			return "", fmt.Errorf("MCP server %s: tool %s: its schemas are not JSON: %v", s.Name, t.Name, err)
+		}
+		d, err := DefinitionSHA256(t)
+		if err != nil {
+			return "", fmt.Errorf("MCP server %s: tool %s: its definition is not JSON: %v", s.Name, t.Name, err)
+		}
+		name, _ := json.Marshal(t.Name) // a YAML double-quoted key
+		fmt.Fprintf(&b, "      %s: {schema_sha256: %s, definition_sha256: %s}\n", name, h, d)
+	}
+	return b.String(), nil
+}
+
 // SchemaSHA256 is the hash a registry file pins an upstream tool's schemas
 // with (schema_sha256): the hex SHA-256 of the JSON object
 // {"inputSchema": ..., "outputSchema": ...} holding the schemas as the
 // upstream lists them (outputSchema null when it has none), with object
 // keys sorted and no insignificant space.
 func SchemaSHA256(inputSchema, outputSchema any) (string, error) {
-	b, err := json.Marshal(map[string]any{"inputSchema": inputSchema, "outputSchema": outputSchema})
+	return canonicalSHA256(map[string]any{"inputSchema": inputSchema, "outputSchema": outputSchema})
+}
+
+// canonicalSHA256 is the hex SHA-256 of m as JSON, object keys sorted, no
+// insignificant space, numbers as written.
+func canonicalSHA256(m map[string]any) (string, error) {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return "", err
 	}
@@ -189,16 +256,31 @@ func SchemaSHA256(inputSchema, outputSchema any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// DefinitionSHA256 is the hash a registry file pins an upstream tool's
+// whole definition with (definition_sha256): as SchemaSHA256, of the JSON
+// object {"name", "title", "description", "annotations", "inputSchema",
+// "outputSchema"} as the upstream lists them (null for what it does not
+// give). A changed description (the usual "rug pull" of a tool that was
+// approved) changes it.
+func DefinitionSHA256(t *sdk.Tool) (string, error) {
+	return canonicalSHA256(map[string]any{
+		"name": t.Name, "title": t.Title, "description": t.Description, "annotations": t.Annotations,
+		"inputSchema": t.InputSchema, "outputSchema": t.OutputSchema,
+	})
+}
+
 // upstream is one MCP server behind the gateway.
 type upstream struct {
 	decl tools.MCPServer
 	gw   *Gateway
 
-	mu      sync.Mutex
-	session *sdk.ClientSession
-	hashes  map[string]string // upstream tool name -> schema hash at load
-	stale   bool              // the session's server said its tools changed
-	closed  bool
+	mu         sync.Mutex
+	session    *sdk.ClientSession
+	hashes     map[string]string // upstream tool name -> schema hash at load
+	stderr     *lineWriter       // the server's standard error, made once by stderrLog
+	stderrOnce sync.Once
+	stale      bool // the session's server said its tools changed
+	closed     bool
 }
 
 // errUpstreamClosed is the cause of a call made after the gateway closed.
@@ -230,11 +312,74 @@ func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
 			MaxEventSize: max,
 		}, nil, nil
 	}
-	p, err := u.decl.Start(u.gw.opts.Stderr)
+	p, err := u.decl.Start(u.stderrLog())
 	if err != nil {
 		return nil, nil, err
 	}
 	return &sdk.IOTransport{Reader: p, Writer: p, MaxLineLength: max}, p, nil
+}
+
+// stderrLog is where a stdio server's standard error goes: the gateway's
+// Stderr, each line prefixed with the server's name, the same writer for
+// each process of the server.
+func (u *upstream) stderrLog() io.Writer {
+	if u.gw.opts.Stderr == io.Discard {
+		return io.Discard
+	}
+	// Not under u.mu: a reconnect (sessionFor) starts the process holding it.
+	u.stderrOnce.Do(func() {
+		u.stderr = &lineWriter{w: u.gw.opts.Stderr, prefix: "toolgate: MCP server " + u.decl.Name + ": "}
+	})
+	return u.stderr
+}
+
+// lineWriter writes whole lines to w, each with prefix and in one Write
+// (so that they do not interleave with toolgate's own messages); a line
+// longer than 4 KiB is cut there, and control characters but tab become
+// '?' (an upstream's escape sequences do not reach the terminal).
+type lineWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+const maxLogLine = 4 << 10
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range p {
+		if c == '\n' || len(l.buf) == maxLogLine {
+			l.emit()
+			if c == '\n' {
+				continue
+			}
+		}
+		l.buf = append(l.buf, c)
+	}
+	return len(p), nil
+}
+
+// flush writes a last line without its newline. l.mu is not held.
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.emit()
+	}
+}
+
+func (l *lineWriter) emit() {
+	line := strings.TrimSuffix(string(l.buf), "\r")
+	line = strings.Map(func(r rune) rune {
+		if r != '\t' && (r < 0x20 || r == 0x7f) {
+			return '?'
+		}
+		return r
+	}, line)
+	l.w.Write([]byte(l.prefix + line + "\n"))
+	l.buf = l.buf[:0]
 }
 
 // maxMessage bounds one message from the server, in bytes: 16 MiB (the
@@ -323,41 +468,117 @@ func (u *upstream) load() ([]tools.Tool, error) {
 		serverVersion = strings.TrimPrefix(ir.ServerInfo.Version, "v")
 	}
 	byName := map[string]*sdk.Tool{}
+	ids := map[string][]string{} // mapped name -> the upstream names mapping to it
 	for _, t := range list {
 		byName[t.Name] = t
+		m := MappedName(t.Name)
+		ids[m] = append(ids[m], t.Name)
 	}
 	var problems []string
 	for name, o := range u.decl.Tools {
 		if byName[name] == nil {
-			problems = append(problems, fmt.Sprintf("tool %s (line %d) is not one the server lists", name, o.Line))
+			hint := ""
+			if same := ids[name]; len(same) == 1 {
+				hint = fmt.Sprintf(" (it is the id of its tool %q: tools: takes the server's own names)", same[0])
+			}
+			problems = append(problems, fmt.Sprintf("tool %s (line %d) is not one the server lists%s", name, o.Line, hint))
 		}
 	}
 	u.hashes = map[string]string{}
 	var out []tools.Tool
 	for _, t := range list {
+		if same := ids[MappedName(t.Name)]; len(same) > 1 {
+			// A true collision: neither is the id's, and which one a grant
+			// or an approval meant would be a guess.
+			var quoted []string
+			for _, n := range same {
+				quoted = append(quoted, strconv.Quote(n))
+			}
+			u.gw.warn("%s.%s left out: the server's tools %s all map to the id %s.%s", u.decl.Name, MappedName(t.Name), strings.Join(quoted, " and "), u.decl.Name, MappedName(t.Name))
+			continue
+		}
 		gt, problem, skip := u.tool(t, serverVersion)
 		switch {
 		case problem != "":
 			problems = append(problems, problem)
 		case skip != "":
-			u.gw.warn("%s.%s left out: %s", u.decl.Name, t.Name, skip)
+			u.gw.warn("%s.%s left out: %s", u.decl.Name, MappedName(t.Name), skip)
 		default:
 			out = append(out, gt)
 		}
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)
-		return nil, errors.New(strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(slices.Compact(problems), "; ")) // each once
 	}
 	return out, nil
 }
+
+// MappedName is the name an upstream tool has in toolgate, the TOOL of its
+// id SERVER.TOOL and of its capability scope mcp.call:SERVER/TOOL. A name
+// that is lowercase words joined by '.', '_' or '-' is its own; in another
+// (MCP allows spaces, parentheses, capitals, ...) each capital that
+// starts a word is lowered with an '_' before it, any other capital is
+// lowered, and each run of other characters becomes '_' (or the one '.',
+// '-' or '_' it is), dropped at either end; a name left with no letter or
+// digit is "tool-" and the first 8 hex digits of its SHA-256, one starting
+// with a digit gets a "t" before it. "greet (with Icons)" is
+// greet_with_icons, "getTinyImage" get_tiny_image. Two tools of a server
+// with the same mapped name are both left out (see Gateway).
+func MappedName(name string) string {
+	if toolNameRE.MatchString(name) {
+		return name
+	}
+	var b strings.Builder
+	var sep []rune // the run of other characters since the last letter or digit
+	prev := rune(0)
+	flush := func() {
+		if b.Len() > 0 && len(sep) > 0 {
+			if len(sep) == 1 && strings.ContainsRune("._-", sep[0]) {
+				b.WriteRune(sep[0])
+			} else {
+				b.WriteByte('_')
+			}
+		}
+		sep = sep[:0]
+	}
+	for _, r := range name {
+		switch {
+		case 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+			flush()
+			b.WriteRune(r)
+		case 'A' <= r && r <= 'Z':
+			if ('a' <= prev && prev <= 'z' || '0' <= prev && prev <= '9') && len(sep) == 0 {
+				sep = append(sep, 0, 0) // a new word: flush writes '_'
+			}
+			flush()
+			b.WriteRune(r + 'a' - 'A')
+		default:
+			sep = append(sep, r)
+		}
+		prev = r
+	}
+	out := b.String()
+	switch {
+	case out == "":
+		sum := sha256.Sum256([]byte(name))
+		return "tool-" + hex.EncodeToString(sum[:4])
+	case out[0] >= '0' && out[0] <= '9':
+		return "t" + out
+	}
+	return out
+}
+
+// toolNameRE is a name that is its own mapped name: the TOOL of a valid id.
+var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([._-][a-z0-9]+)*$`)
 
 // tool makes the toolgate tool of t. A problem refuses the whole file (a
 // pin broken); a skip leaves the tool out with a warning.
 func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, problem, skip string) {
 	s := &u.decl
 	o := s.Tools[t.Name]
-	id := s.Name + "." + t.Name
+	mapped := MappedName(t.Name)
+	id := s.Name + "." + mapped
 	switch {
 	case id == ExecuteIntentTool:
 		return nil, "", "its id is the name of toolgate's own tool " + ExecuteIntentTool
@@ -370,6 +591,10 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	if err != nil {
 		return nil, "", fmt.Sprintf("its schemas are not JSON: %v", err)
 	}
+	defHash, err := DefinitionSHA256(t)
+	if err != nil {
+		return nil, "", fmt.Sprintf("its definition is not JSON: %v", err)
+	}
 	version, pinned := o.Version, true
 	if version == "" {
 		version = s.Version
@@ -377,12 +602,22 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 	if version == "" {
 		version, pinned = serverVersion, false
 	}
+	// drift is what changed under a pin: the tool is then unavailable
+	// until a person reviews it and updates the pin.
+	drift := ""
 	switch {
-	case pinned && o.SchemaSHA256 == "":
-		return nil, fmt.Sprintf("tool %s has version %s pinned but no schema_sha256 for it: the upstream's schemas hash to %s (add schema_sha256: %s under tools: %s:, once you have reviewed them)", t.Name, version, hash, hash, t.Name), ""
 	case o.SchemaSHA256 != "" && o.SchemaSHA256 != hash:
-		return nil, fmt.Sprintf("tool %s: the upstream's schemas changed under pinned version %s (schema_sha256 %s in the file, %s now); review the change, then pin a new version and hash", t.Name, version, o.SchemaSHA256, hash), ""
+		drift = fmt.Sprintf("its schemas changed (schema_sha256 %s in the file, %s now)", o.SchemaSHA256, hash)
+	case o.DefinitionSHA256 != "" && o.DefinitionSHA256 != defHash && o.SchemaSHA256 != "":
+		drift = fmt.Sprintf("its title, description or annotations changed, its schemas did not (definition_sha256 %s in the file, %s now)", o.DefinitionSHA256, defHash)
+	case o.DefinitionSHA256 != "" && o.DefinitionSHA256 != defHash:
+		drift = fmt.Sprintf("its definition (name, title, description, annotations or schemas) changed (definition_sha256 %s in the file, %s now)", o.DefinitionSHA256, defHash)
+	}
+	switch {
+	case pinned && o.SchemaSHA256 == "" && o.DefinitionSHA256 == "" && !s.UnpinnedDefinitions:
+		return nil, fmt.Sprintf("tool %s has version %s pinned but no definition_sha256 for it: the upstream's definition hashes to %s (toolgate pin %s prints every tool's, to paste once you have reviewed them; pin_definitions: false pins the version alone)", t.Name, version, defHash, s.Name), ""
 	case !tools.IsSemver(version):
+		// The same for every tool of the server: load says it once.
 		return nil, fmt.Sprintf("the server reports version %q, which is not a semantic version: pin one with version:", serverVersion), ""
 	}
 	in, err := withDialect(t.InputSchema)
@@ -396,7 +631,7 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 			return nil, "", "outputSchema: " + err.Error()
 		}
 	}
-	scope := s.Name + "/" + t.Name
+	scope := s.Name + "/" + mapped
 	c, err := capability.Parse("mcp.call:" + scope)
 	if err != nil {
 		return nil, "", fmt.Sprintf("its name cannot be a capability scope: %v", err)
@@ -434,14 +669,18 @@ func (u *upstream) tool(t *sdk.Tool, serverVersion string) (gt *gatewayTool, pro
 			d.ResourceLimits.MaxConcurrent = l.MaxConcurrent
 		}
 	}
-	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut}
+	gt = &gatewayTool{up: u, name: t.Name, decl: d, structured: hasOut, strict: s.StrictSchemas}
+	if drift != "" {
+		gt.drift = fmt.Sprintf("the upstream's definition of %s changed under pinned version %s: %s; review it (toolgate describe %s), then update the pin (toolgate pin %s)", t.Name, version, drift, id, s.Name)
+		u.gw.warn("%s unavailable: %s", id, gt.drift)
+	}
 	// Register in a scratch registry: the same checks (id, RFC-0001 6.3
 	// lint, compile) as the real one, so that a tool that fails them is
 	// left out with the reason instead of refusing the whole file.
 	if err := tools.NewRegistry().Register(gt); err != nil {
 		return nil, "", strings.TrimPrefix(err.Error(), "tools: ")
 	}
-	u.hashes[t.Name] = hash
+	u.hashes[t.Name] = defHash
 	return gt, "", ""
 }
 
@@ -512,7 +751,7 @@ func (u *upstream) recheck(ctx context.Context, cs *sdk.ClientSession) error {
 	}
 	for _, t := range list {
 		if want, ok := u.hashes[t.Name]; ok {
-			if got, err := SchemaSHA256(t.InputSchema, t.OutputSchema); err != nil || got != want {
+			if got, err := DefinitionSHA256(t); err != nil || got != want {
 				delete(u.hashes, t.Name)
 			}
 		}
@@ -535,6 +774,10 @@ func (u *upstream) close() error {
 	cs := u.session
 	u.session, u.closed = nil, true
 	u.mu.Unlock()
+	u.stderrOnce.Do(func() {}) // no writer made after this one
+	if u.stderr != nil {
+		defer u.stderr.flush() // after the process exited
+	}
 	if cs == nil {
 		return nil
 	}
@@ -556,10 +799,28 @@ type gatewayTool struct {
 	up         *upstream
 	name       string // the upstream's name
 	decl       tools.Declaration
-	structured bool // the upstream declares an outputSchema
+	structured bool   // the upstream declares an outputSchema
+	strict     bool   // the server's strict_schemas
+	drift      string // why the tool is unavailable: its definition changed under a pin
 }
 
-var _ tools.Tool = (*gatewayTool)(nil)
+var (
+	_ tools.Tool            = (*gatewayTool)(nil)
+	_ tools.UpstreamSchemas = (*gatewayTool)(nil)
+)
+
+// StrictSchemas is the server's strict_schemas: see tools.UpstreamSchemas.
+func (t *gatewayTool) StrictSchemas() bool { return t.strict }
+
+// Upstream names the MCP server and the upstream's own name of a tool the
+// gateway made (ok false for another tool): its id is SERVER.MappedName(TOOL).
+func Upstream(t tools.Tool) (server, tool string, ok bool) {
+	gt, ok := t.(*gatewayTool)
+	if !ok {
+		return "", "", false
+	}
+	return gt.up.decl.Name, gt.name, true
+}
 
 func (t *gatewayTool) Declaration() tools.Declaration { return t.decl }
 
@@ -567,6 +828,9 @@ func (t *gatewayTool) Declaration() tools.Declaration { return t.decl }
 func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.RawMessage) (json.RawMessage, error) {
 	unavailable := func(detail string, err error) error {
 		return &tools.UnavailableError{Resource: "mcp_upstream", Detail: fmt.Sprintf("MCP server %s %s", t.up.decl.Name, detail), Err: err}
+	}
+	if t.drift != "" {
+		return nil, unavailable("changed a pinned tool: "+t.drift, nil)
 	}
 	cs, err := t.up.sessionFor(ctx)
 	if err != nil {
@@ -576,7 +840,7 @@ func (t *gatewayTool) Execute(ctx context.Context, env *tools.Env, input json.Ra
 		return nil, unavailable("could not be reached", err)
 	}
 	if !t.up.current(t.name) {
-		return nil, unavailable(fmt.Sprintf("changed the schemas of %s since toolgate started; restart toolgate to load them", t.name), nil)
+		return nil, unavailable(fmt.Sprintf("changed the definition of %s since toolgate started; restart toolgate to load it", t.name), nil)
 	}
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.name, Arguments: input})
 	if err != nil {

@@ -128,8 +128,9 @@ func (s *syncBuffer) String() string {
 }
 
 // `toolgate mcp --registry gateway.yaml` in front of a real MCP server:
-// its tools are listed under its name (a tool RFC-0001 6.3 refuses is left
-// out with a warning), and each call goes through the lifecycle: granted
+// its tools are listed under its name (one whose schema RFC-0001 6.3
+// faults too: for an upstream tool that is a warning, see
+// TestGateway_PeerSchemasAndNames), and each call goes through the lifecycle: granted
 // COMPLETED; ungranted DENIED without reaching the upstream; requiring
 // approval, an intent that reaches it only once approved, once; isError
 // ROLLED_BACK with the upstream's text; the deadline ABORTED and the
@@ -148,7 +149,7 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 	start := func() (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
 		cmd := exec.Command(bin, "--db", db, "--registry", reg, "mcp", "--principal", "tester",
 			"--allow", "mcp.call:up/echo", "--allow", "mcp.call:up/gated", "--allow", "mcp.call:up/fail",
-			"--allow", "mcp.call:up/slow", "--allow", "mcp.call:up/hang")
+			"--allow", "mcp.call:up/slow", "--allow", "mcp.call:up/hang", "--allow", "mcp.call:up/nodesc")
 		stderr := &syncBuffer{}
 		cmd.Stderr = stderr
 		return connect(t, &sdk.CommandTransport{Command: cmd}, nil, ""), cmd, stderr
@@ -175,8 +176,8 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 			t.Errorf("tools/list shows %s, which the caller may not call", hidden)
 		}
 	}
-	if names["up.nodesc"] {
-		t.Error("up.nodesc, whose schema RFC-0001 6.3 refuses, is listed")
+	if !names["up.nodesc"] {
+		t.Error("up.nodesc, whose schema RFC-0001 6.3 faults (a warning for an upstream tool), is not listed")
 	}
 
 	res := call(t, ctx, cs, "up.echo", map[string]any{"text": "hi"}, nil)
@@ -239,8 +240,8 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 	completed(t, call(t, ctx, cs, "up.echo", map[string]any{"text": "again"}, nil))
 	cs.Close()
 	cmd.Wait()
-	if !strings.Contains(stderr.String(), "up.nodesc left out") || !strings.Contains(stderr.String(), "every property must have a description") {
-		t.Errorf("no warning naming up.nodesc and why; stderr:\n%s", stderr)
+	if strings.Contains(stderr.String(), "up.nodesc left out") {
+		t.Errorf("up.nodesc was left out; stderr:\n%s", stderr)
 	}
 
 	out, err := exec.Command(bin, "--db", db, "--registry", reg, "intent", "approve", id, "--yes", "--approver", "alice").CombinedOutput()
@@ -285,45 +286,97 @@ func TestGateway_ToolgateMCP(t *testing.T) {
 	}
 }
 
-var hashRE = regexp.MustCompile(`hash to ([0-9a-f]{64})`)
+var hashRE = regexp.MustCompile(`definition hashes to ([0-9a-f]{64})`)
 
-// A pinned version pins the upstream's schemas: without schema_sha256 the
-// file refuses to load and says the hash to review; with it, it loads; and
-// when the upstream's schema then changes, it refuses to load.
-func TestGateway_PinnedSchemaDrift(t *testing.T) {
+// A pinned version pins the upstream tool's whole definition: without a
+// hash the file refuses to load and says the hash to review (toolgate pin
+// prints them all); with the pin block, it loads; when the upstream's
+// schema, or only its description, then changes, the tool is unavailable
+// (a ResourceError that reaches nothing) with a reason naming what
+// changed, and the gateway's warnings say so; pin_definitions: false lets
+// the version stand alone.
+func TestGateway_PinnedDefinitionDrift(t *testing.T) {
 	dir := t.TempDir()
-	load := func(extra string) (*tools.Registry, error) {
+	load := func(extra string) (*mcp.Gateway, *tools.Registry, error) {
 		file, _ := upstreamFile(t, dir, extra)
+		body, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = bytes.Replace(body, []byte("env_inherit: [UPSTREAM_DRIFT]"), []byte("env_inherit: [UPSTREAM_DRIFT, UPSTREAM_DESC_DRIFT]"), 1)
+		if err := os.WriteFile(file, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		gw := mcp.NewGateway(nil)
 		t.Cleanup(func() { gw.Close() })
-		return tools.LoadRegistryFileWith(file, gw.Tools)
+		reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+		return gw, reg, err
 	}
-	_, err := load("    tools:\n      echo: {version: 1.0.0}\n")
+	_, _, err := load("    tools:\n      echo: {version: 1.0.0}\n")
 	m := hashRE.FindStringSubmatch(fmt.Sprint(err))
-	if !errors.Is(err, tools.ErrRegistryFile) || m == nil {
-		t.Fatalf("a pin without schema_sha256: %v", err)
+	if !errors.Is(err, tools.ErrRegistryFile) || m == nil || !strings.Contains(err.Error(), "toolgate pin up prints") {
+		t.Fatalf("a pin without a hash: %v", err)
 	}
-	pinned := fmt.Sprintf("    tools:\n      echo: {version: 1.0.0, schema_sha256: %s}\n", m[1])
-	reg, err := load(pinned)
+	if _, _, err := load("    tools:\n      echo: {version: 1.0.0, definition_sha256: " + m[1] + "}\n"); err != nil {
+		t.Fatal(err)
+	}
+
+	file, _ := upstreamFile(t, dir, "")
+	gw := mcp.NewGateway(nil)
+	servers := []tools.MCPServer{}
+	if _, err := tools.LoadRegistryFileWith(file, func(s []tools.MCPServer) ([]tools.Tool, error) { servers = s; return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	block, err := gw.PinBlock(servers[0])
+	gw.Close()
+	if err != nil || !strings.HasPrefix(block, "    version: 1.2.3\n    tools:\n") || !strings.Contains(block, `      "echo": {schema_sha256: `) {
+		t.Fatalf("PinBlock: %v\n%s", err, block)
+	}
+	pinned := strings.Replace(block, "version: 1.2.3", "version: 1.0.0", 1)
+	gw, reg, err := load(pinned)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e, err := reg.Lookup("up.echo", ""); err != nil || e.Declaration().Version != "1.0.0" {
 		t.Fatalf("up.echo pinned: %v", err)
 	}
-	if e, err := reg.Lookup("up.fail", ""); err != nil || e.Declaration().Version != "1.2.3" {
-		t.Fatalf("up.fail, not pinned, takes the server's version: %v", err)
+	if len(gw.Warnings()) != 0 {
+		t.Errorf("warnings: %v", gw.Warnings())
 	}
 
-	t.Setenv("UPSTREAM_DRIFT", "1")
-	_, err = load(pinned)
-	var fe *tools.RegistryFileError
-	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "changed under pinned version 1.0.0") {
-		t.Fatalf("schema drift under a pinned version: %v", err)
+	for _, tc := range []struct{ env, want string }{
+		{"UPSTREAM_DRIFT", "its schemas changed"},
+		{"UPSTREAM_DESC_DRIFT", "its title, description or annotations changed, its schemas did not"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, "1")
+			gw, reg, err := load(pinned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := strings.Join(gw.Warnings(), "\n"); !strings.Contains(w, "up.echo unavailable: the upstream's definition of echo changed under pinned version 1.0.0: "+tc.want) {
+				t.Errorf("warnings: %s", w)
+			}
+			rt, err := tgruntime.Open(filepath.Join(t.TempDir(), "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Close(context.Background())
+			res, _ := rt.Execute(context.Background(), grantUp("up.echo", `{"text":"x"}`))
+			if res == nil || res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, tc.want) {
+				t.Errorf("up.echo drifted: %+v", res)
+			}
+			if res, _ := rt.Execute(context.Background(), grantUp("up.plain", `{}`)); res == nil || res.State != "COMPLETED" {
+				t.Errorf("up.plain, unchanged: %+v", res)
+			}
+		})
 	}
-	// Unpinned, the drifted server loads.
-	if _, err := load(""); err != nil {
+
+	// The version alone, by choice.
+	if _, reg, err := load("    version: 1.0.0\n    pin_definitions: false\n"); err != nil {
 		t.Fatal(err)
+	} else if e, err := reg.Lookup("up.echo", ""); err != nil || e.Declaration().Version != "1.0.0" {
+		t.Fatalf("up.echo, version alone: %v", err)
 	}
 }
 
@@ -761,7 +814,7 @@ func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, "changed the schemas of echo") {
+	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, "changed the definition of echo") {
 		t.Errorf("up.echo after its schema changed: %s %+v", res.State, res.Error)
 	}
 	if _, err := reg.Lookup("up.grown", ""); err == nil {

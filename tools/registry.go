@@ -20,6 +20,16 @@ type Registry struct {
 	frozen atomic.Bool
 	tools  map[string][]*Entry // by id, versions ascending
 	large  *largeGate          // shared by the entries; made by the first Register
+	// servers are the upstream MCP servers the registry file declares.
+	servers []MCPServer
+}
+
+// MCPServers returns the upstream MCP servers the registry file declares
+// (mcp_servers), whether or not any of their tools was registered.
+func (r *Registry) MCPServers() []MCPServer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.servers)
 }
 
 // largeValue is the size from which a value the fast path cannot prove
@@ -61,7 +71,16 @@ type Entry struct {
 	input  *compiled
 	output *compiled
 	large  *largeGate
+	// warnings are what RFC-0001 6.3 finds in an upstream tool's schemas
+	// (see UpstreamSchemas), one line each.
+	warnings []string
 }
+
+// Warnings returns what RFC-0001 6.3 finds in the schemas of a tool that
+// implements UpstreamSchemas (without strict schemas), one line each
+// ("inputSchema /properties/path/description: missing; ..."); none for
+// another tool.
+func (e *Entry) Warnings() []string { return slices.Clone(e.warnings) }
 
 // Declaration returns a copy of the declaration taken at registration.
 func (e *Entry) Declaration() Declaration { return e.decl.clone() }
@@ -98,7 +117,9 @@ func (e *Entry) validate(s *compiled, which string, raw []byte) error {
 }
 
 // Register validates t's declaration, lints and compiles both schemas, and
-// adds t. It returns a *DeclarationError or *SchemaError (both wrapping
+// adds t. The schemas of a tool that implements UpstreamSchemas are
+// compiled in the dialect they declare, and the lint's findings are kept
+// as its entry's Warnings unless it asks for strict schemas. It returns a *DeclarationError or *SchemaError (both wrapping
 // ErrInvalidDeclaration), ErrDuplicate, or ErrFrozen; on error nothing is
 // added.
 func (r *Registry) Register(t Tool) error {
@@ -109,13 +130,27 @@ func (r *Registry) Register(t Tool) error {
 	if err := decl.Validate(); err != nil {
 		return err
 	}
-	in, err := compileSchema(decl.Key(), "inputSchema", decl.InputSchema)
-	if err != nil {
-		return err
-	}
-	out, err := compileSchema(decl.Key(), "outputSchema", decl.OutputSchema)
-	if err != nil {
-		return err
+	var in, out *compiled
+	var warnings []string
+	if u, ok := t.(UpstreamSchemas); ok {
+		strict := u.StrictSchemas()
+		var win, wout []string
+		var err error
+		if in, win, err = compileUpstream(decl.Key(), "inputSchema", decl.InputSchema, strict); err != nil {
+			return err
+		}
+		if out, wout, err = compileUpstream(decl.Key(), "outputSchema", decl.OutputSchema, strict); err != nil {
+			return err
+		}
+		warnings = append(win, wout...)
+	} else {
+		var err error
+		if in, err = compileSchema(decl.Key(), "inputSchema", decl.InputSchema); err != nil {
+			return err
+		}
+		if out, err = compileSchema(decl.Key(), "outputSchema", decl.OutputSchema); err != nil {
+			return err
+		}
 	}
 	if err := decl.checkInputCapabilities(); err != nil {
 		return err
@@ -142,7 +177,7 @@ func (r *Registry) Register(t Tool) error {
 	if r.large == nil {
 		r.large = &largeGate{slots: make(chan struct{}, largeSlots)}
 	}
-	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out, large: r.large})
+	versions = append(versions, &Entry{decl: decl, tool: t, input: in, output: out, large: r.large, warnings: warnings})
 	slices.SortFunc(versions, func(a, b *Entry) int { return compareVersions(a.decl.Version, b.decl.Version) })
 	r.tools[decl.ID] = versions
 	return nil

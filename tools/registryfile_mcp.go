@@ -34,9 +34,11 @@ import (
 //	    version: 2.1.0                  # optional pin; default: the server's own version
 //	    requires_approval: false        # optional, for every tool of the server
 //	    idempotent: false
+//	    strict_schemas: false           # true: a tool whose schemas RFC-0001 6.3 faults is left out
+//	    pin_definitions: true           # false: a pinned version stands without per-tool hashes
 //	    limits: {max_execution_time: 30s, max_output_bytes: 0, max_concurrent: 0}
 //	    tools:                          # optional, per tool: overrides, and the pins' hashes
-//	      create_issue: {requires_approval: true, schema_sha256: 9f2c...}
+//	      create_issue: {requires_approval: true, schema_sha256: 9f2c..., definition_sha256: 41ab...}
 //
 // A stdio server runs as the process tools do (see [MCPServer.Start]): an
 // argv, no shell, the command resolved to an absolute path in the search
@@ -67,11 +69,21 @@ type MCPServer struct {
 	// and RLIMIT_FSIZE, see Start): limits max_memory and max_file_size.
 	MaxMemory, MaxFileSize int64
 
-	Version          string // pinned version; "" means the upstream's own
-	RequiresApproval bool
-	Idempotent       bool
-	Limits           ResourceLimits            // of every call of its tools
-	Tools            map[string]MCPToolOptions // by upstream tool name
+	Version string // pinned version; "" means the upstream's own
+	// StrictSchemas (strict_schemas: true) refuses a tool whose schemas
+	// RFC-0001 6.3 finds fault with, as a declared tool's would be; by
+	// default the findings are warnings kept with the tool (see
+	// UpstreamSchemas).
+	StrictSchemas bool
+	// UnpinnedDefinitions (pin_definitions: false) lets a pinned version
+	// stand without a tool's schema_sha256 or definition_sha256: the
+	// person chose to pin the version alone, and a changed description or
+	// schema then passes unnoticed (doctor says so).
+	UnpinnedDefinitions bool
+	RequiresApproval    bool
+	Idempotent          bool
+	Limits              ResourceLimits            // of every call of its tools
+	Tools               map[string]MCPToolOptions // by upstream tool name
 }
 
 // MCPToolOptions is what the file says of one tool of an upstream server;
@@ -80,6 +92,7 @@ type MCPToolOptions struct {
 	Line             int
 	Version          string // pinned version; "" means the server's
 	SchemaSHA256     string // hex SHA-256 of the tool's schemas, checked when a version is pinned
+	DefinitionSHA256 string // hex SHA-256 of the tool's whole definition (name, title, description, annotations, schemas)
 	RequiresApproval *bool
 	Idempotent       *bool
 	Limits           *ResourceLimits
@@ -171,8 +184,8 @@ var (
 	headerNameRE    = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 	sha256HexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	mcpServerFields = []string{"name", "command", "args", "search_path", "env", "env_inherit", "env_from", "url", "headers_from_env",
-		"version", "requires_approval", "idempotent", "limits", "tools"}
-	mcpToolFields = []string{"version", "schema_sha256", "requires_approval", "idempotent", "limits"}
+		"version", "requires_approval", "idempotent", "limits", "tools", "strict_schemas", "pin_definitions"}
+	mcpToolFields = []string{"version", "schema_sha256", "definition_sha256", "requires_approval", "idempotent", "limits"}
 )
 
 // mcpServers parses the mcp_servers list.
@@ -327,12 +340,19 @@ func (p *fileParser) mcpServer(n *yaml.Node) (MCPServer, error) {
 	for _, b := range []struct {
 		key string
 		dst *bool
-	}{{"idempotent", &s.Idempotent}, {"requires_approval", &s.RequiresApproval}} {
+	}{{"idempotent", &s.Idempotent}, {"requires_approval", &s.RequiresApproval}, {"strict_schemas", &s.StrictSchemas}} {
 		if f[b.key] != nil {
 			if *b.dst, err = p.boolean(f[b.key], b.key); err != nil {
 				return s, err
 			}
 		}
+	}
+	if v := f["pin_definitions"]; v != nil {
+		pin, err := p.boolean(v, "pin_definitions")
+		if err != nil {
+			return s, err
+		}
+		s.UnpinnedDefinitions = !pin
 	}
 	if f["limits"] == nil {
 		return s, p.errAt(n, "missing limits (at least max_execution_time, a duration such as 30s)")
@@ -409,12 +429,17 @@ func (p *fileParser) mcpTool(n *yaml.Node) (MCPToolOptions, error) {
 			return o, err
 		}
 	}
-	if v := f["schema_sha256"]; v != nil {
-		if o.SchemaSHA256, err = p.str(v, "schema_sha256"); err != nil {
-			return o, err
-		}
-		if !sha256HexRE.MatchString(o.SchemaSHA256) {
-			return o, p.errAt(v, "schema_sha256 must be 64 lowercase hex digits")
+	for _, h := range []struct {
+		key string
+		dst *string
+	}{{"schema_sha256", &o.SchemaSHA256}, {"definition_sha256", &o.DefinitionSHA256}} {
+		if v := f[h.key]; v != nil {
+			if *h.dst, err = p.str(v, h.key); err != nil {
+				return o, err
+			}
+			if !sha256HexRE.MatchString(*h.dst) {
+				return o, p.errAt(v, "%s must be 64 lowercase hex digits", h.key)
+			}
 		}
 	}
 	for _, b := range []struct {
@@ -504,6 +529,7 @@ func (p *fileParser) registerMCP(reg *Registry, servers MCPTools) error {
 	if len(p.servers) == 0 {
 		return nil
 	}
+	reg.servers = p.servers
 	if servers == nil {
 		return p.errAt(p.serversKey, "mcp_servers: upstream MCP servers need a gateway (LoadRegistryFileWith with package mcp's Gateway; toolgate's commands have one)")
 	}

@@ -332,14 +332,28 @@ var (
 	pointerTokenEscape = strings.NewReplacer("~", "~0", "/", "~1")
 )
 
-func lintNode(node map[string]any, ptr string) (string, string) {
+func lintNode(node map[string]any, ptr string) (p, reason string) {
+	walkLint(node, ptr, func(fp, fr string) bool {
+		p, reason = fp, fr
+		return false
+	})
+	return p, reason
+}
+
+// walkLint calls report with each RFC-0001 6.3 finding under node (an
+// object schema with properties lists its required ones, every property
+// has a type and a description), in document order, until report returns
+// false; it returns false when stopped.
+func walkLint(node map[string]any, ptr string, report func(ptr, reason string) bool) bool {
 	if props, ok := node["properties"]; ok {
 		pm, ok := props.(map[string]any)
 		if !ok {
-			return ptr + "/properties", "must be an object"
+			return report(ptr+"/properties", "must be an object")
 		}
 		if _, ok := node["required"]; !ok {
-			return ptr + "/required", "missing; list the required properties (an empty list if none)"
+			if !report(ptr+"/required", "missing; list the required properties (an empty list if none)") {
+				return false
+			}
 		}
 		names := make([]string, 0, len(pm))
 		for name := range pm {
@@ -350,23 +364,30 @@ func lintNode(node map[string]any, ptr string) (string, string) {
 			p := ptr + "/properties/" + pointerTokenEscape.Replace(name)
 			sub, ok := pm[name].(map[string]any)
 			if !ok {
-				return p, "a property schema must be an object"
+				if !report(p, "a property schema must be an object") {
+					return false
+				}
+				continue
 			}
 			if _, ok := sub["type"]; !ok {
-				return p + "/type", "missing; every property must define its type"
+				if !report(p+"/type", "missing; every property must define its type") {
+					return false
+				}
 			}
 			if d, ok := sub["description"].(string); !ok || strings.TrimSpace(d) == "" {
-				return p + "/description", "missing; every property must have a description"
+				if !report(p+"/description", "missing; every property must have a description") {
+					return false
+				}
 			}
-			if p, r := lintNode(sub, p); r != "" {
-				return p, r
+			if !walkLint(sub, p, report) {
+				return false
 			}
 		}
 	}
 	for _, k := range subschemaKeys {
 		if sub, ok := node[k].(map[string]any); ok {
-			if p, r := lintNode(sub, ptr+"/"+k); r != "" {
-				return p, r
+			if !walkLint(sub, ptr+"/"+k, report) {
+				return false
 			}
 		}
 	}
@@ -374,8 +395,8 @@ func lintNode(node map[string]any, ptr string) (string, string) {
 		list, _ := node[k].([]any)
 		for i, item := range list {
 			if sub, ok := item.(map[string]any); ok {
-				if p, r := lintNode(sub, fmt.Sprintf("%s/%s/%d", ptr, k, i)); r != "" {
-					return p, r
+				if !walkLint(sub, fmt.Sprintf("%s/%s/%d", ptr, k, i), report) {
+					return false
 				}
 			}
 		}
@@ -389,13 +410,13 @@ func lintNode(node map[string]any, ptr string) (string, string) {
 		slices.Sort(keys)
 		for _, name := range keys {
 			if sub, ok := m[name].(map[string]any); ok {
-				if p, r := lintNode(sub, ptr+"/"+k+"/"+pointerTokenEscape.Replace(name)); r != "" {
-					return p, r
+				if !walkLint(sub, ptr+"/"+k+"/"+pointerTokenEscape.Replace(name), report) {
+					return false
 				}
 			}
 		}
 	}
-	return "", ""
+	return true
 }
 
 // validateValue decodes raw and validates it against s. It returns the

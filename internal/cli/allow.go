@@ -83,6 +83,12 @@ func knownCapabilities(regs []*tools.Registry) ([]string, error) {
 	}
 	known := slices.Clone(runtimeCapabilities)
 	for _, reg := range regs {
+		if len(reg.MCPServers()) > 0 {
+			// Known even when no tool of the servers was accepted: the
+			// grant is right, what the tools were left out for is the
+			// registry's warning.
+			known = append(known, "mcp.call")
+		}
 		for _, e := range reg.Entries() {
 			d := e.Declaration()
 			for _, c := range d.MayRequire() {

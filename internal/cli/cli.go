@@ -273,6 +273,9 @@ type globals struct {
 	// mcpOnly, set by a command that needs one tool, says which upstream
 	// MCP servers to start (see forTool); nil starts them all.
 	mcpOnly func(server string) bool
+	// ownWarnings: the command (tools, doctor) shows the gateway's
+	// warnings itself; registry does not print them.
+	ownWarnings bool
 }
 
 func newRoot(stdio Stdio) (*cobra.Command, *globals) {
@@ -314,7 +317,7 @@ MCP (toolgate mcp), over HTTP (toolgate serve), or embedded in Go.`,
 	}
 	root.PersistentFlags().StringVar(&g.registryPath, "registry", "", "registry file of external tools, YAML or JSON (default $TOOLGATE_REGISTRY; none: the built-in tools only)")
 	root.AddCommand(newRunCmd(g, stdio), newToolsCmd(g, stdio), newDescribeCmd(g, stdio), newExecutionsCmd(g, stdio), newShowCmd(g, stdio), newBenchCmd(g, stdio))
-	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio), newMCPCmd(g, stdio))
+	root.AddCommand(newAuditCmd(g, stdio), newStatsCmd(g, stdio), newPolicyCmd(g, stdio), newDoctorCmd(g, stdio), newIntentCmd(g, stdio), newServeCmd(g, stdio), newMCPCmd(g, stdio), newPinCmd(g, stdio))
 	return root, g
 }
 

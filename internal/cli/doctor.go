@@ -44,7 +44,9 @@ Exits 1 when something is broken (the database cannot be opened, the policy
 is invalid, the registry file does not load), 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			g.ownWarnings = true // the MCP servers' checks show them
 			checks := []check{g.checkDatabase(cmd.Context()), g.checkPolicy(), g.checkApprovalKey(), g.checkRegistry()}
+			checks = append(checks, checkMCPServers(g.reg, g.gateway)...)
 			checks = append(checks, check{"filesystem handles", checkOK,
 				"confined with os.Root at the granted scopes: no '..', absolute-path or symbolic-link escape"})
 			checks = append(checks, check{"maxExecutionTime (in-process tools)", checkOK,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -250,8 +251,10 @@ func (g *globals) registry() (*tools.Registry, error) {
 	// (closeGateway).
 	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: g.stderr, Version: "dev", Only: g.mcpOnly})
 	reg, err := tools.LoadRegistryFileWith(path, gw.Tools, tools.Builtins()...)
-	for _, w := range gw.Warnings() {
-		fmt.Fprintf(g.stderr, "toolgate: --registry: %s\n", w)
+	if !g.ownWarnings || err != nil {
+		for _, w := range slices.Compact(gw.Warnings()) {
+			fmt.Fprintf(g.stderr, "toolgate: --registry: %s\n", w)
+		}
 	}
 	if err != nil {
 		gw.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/mcp"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -18,12 +19,20 @@ func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
 		Short: "List the registered tools",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			g.ownWarnings = true // shown below, once
 			reg, err := g.registry()
 			if err != nil {
 				return err
 			}
 			entries := reg.Entries()
+			var leftOut []string
+			if g.gateway != nil {
+				leftOut = g.gateway.Warnings()
+			}
 			if g.json {
+				for _, l := range leftOut {
+					fmt.Fprintf(stdio.Err, "toolgate: --registry: %s\n", l)
+				}
 				return encodeJSON(stdio, entries)
 			}
 			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
@@ -32,7 +41,11 @@ func newToolsCmd(g *globals, stdio Stdio) *cobra.Command {
 				d := e.Declaration()
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.ID, d.Version, strings.Join(declaredCaps(d), ","), d.Description)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			writeUpstreamNotes(stdio.Out, entries, leftOut)
+			return nil
 		},
 	}
 }
@@ -53,6 +66,12 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 			}
 			w := stdio.Out
 			fmt.Fprintf(w, "%s@%s  %s\n%s\n\n", d.ID, d.Version, d.Name, d.Description)
+			if server, name, ok := mcp.Upstream(e.Tool()); ok {
+				fmt.Fprintf(w, "Upstream:              the tool %q of the MCP server %s\n", name, server)
+			}
+			for _, wn := range e.Warnings() {
+				fmt.Fprintf(w, "Warning:               %s\n", wn)
+			}
 			caps := declaredCaps(d)
 			if len(caps) == 0 {
 				caps = []string{"(none)"}
