@@ -24,12 +24,14 @@ A policy file is JSON:
   {
     "version": 1,
     "principals": {
-      "alice":  ["filesystem.read:/srv/data", "state.write:orders"],
+      "alice":  ["filesystem.read:/srv/data", "filesystem.write:/srv/out"],
       "ci-bot": ["process.exec:git"]
     }
   }
 
-A policy that cannot be read or is invalid denies everything, and says why.
+A policy that cannot be read or is invalid is refused (exit 2, naming the file,
+line and column): its grants are checked as --allow checks its values, so a
+capability name no tool requires (a typo) and '*' are errors.
 
 A filesystem grant names a place: its symbolic links are followed once, when
 the grant is made (the policy is loaded, or --allow is given), and the tool is
