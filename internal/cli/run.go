@@ -478,6 +478,8 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error,
 		case errors.As(execErr, &acc) && (ae == nil || ae.Reason == ""): // a path refused at the decision says where it leads
 			if h := outsideHint(acc.Capability, held); h != "" {
 				fmt.Fprintln(stdio.Err, h)
+			} else if c, err := capability.Parse(acc.Capability); err == nil {
+				fmt.Fprintln(stdio.Err, denyHint([]capability.Capability{c}, held)) // the flag that grants it (a command), or name:PATH
 			}
 		}
 	}
