@@ -75,9 +75,8 @@ func (g *globals) knownNames() []string {
 	}
 	extra := []string{}
 	switch {
-	case g.reg != nil:
+	case g.reg != nil: // its gateway tools, if any, require mcp.call
 		regs = []*tools.Registry{g.reg}
-		extra = append(extra, "mcp.call")
 	case path != "":
 		reg, err := tools.LoadRegistryFileWith(path, func(servers []tools.MCPServer) ([]tools.Tool, error) {
 			if len(servers) > 0 {

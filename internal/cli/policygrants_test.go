@@ -73,12 +73,36 @@ func TestPolicyFile_GrantsCheckedAsAllow(t *testing.T) {
 			}
 		})
 	}
-	// A good policy still passes, with the grants a registry file's tools
-	// need (its names are known).
+	// A good policy still passes; a name only a registry file's tool
+	// requires is known with that registry, and only with it.
 	good := filepath.Join(dir, "good.json")
-	must(t, os.WriteFile(good, []byte(`{"version": 1, "principals": {"alice": ["filesystem.read:`+dir+`", "process.exec:git", "idempotency.bypass"]}}`), 0o600))
-	if r := toolgate(t, "", "--policy", good, "policy", "show"); r.code != ExitCompleted {
-		t.Errorf("a good policy: exit %d\n%s", r.code, r.stderr)
+	must(t, os.WriteFile(good, []byte(`{"version": 1, "principals": {"alice": ["filesystem.read:`+dir+`", "process.exec:git", "idempotency.bypass", "network.http:api.example.com"]}}`), 0o600))
+	reg := filepath.Join(dir, "registry.yaml")
+	must(t, os.WriteFile(reg, []byte(`tools:
+  - id: fetch
+    version: 1.0.0
+    name: Fetch
+    description: Fetches a page
+    command: curl
+    argv: ["--", "https://api.example.com/"]
+    capabilities: ["network.http:api.example.com"]
+    input_schema:
+      $schema: https://json-schema.org/draft/2020-12/schema
+      type: object
+      properties: {}
+      required: []
+      additionalProperties: false
+    limits:
+      max_execution_time: 30s
+`), 0o600))
+	if r := toolgate(t, "", "--registry", reg, "tools"); r.code != ExitCompleted || !strings.Contains(r.stdout, "fetch") {
+		t.Fatalf("the registry does not load: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := toolgate(t, "", "--policy", good, "--registry", reg, "policy", "show"); r.code != ExitCompleted {
+		t.Errorf("a good policy with its registry: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := toolgate(t, "", "--policy", good, "policy", "show"); r.code != ExitUsage || !strings.Contains(r.stderr, `unknown capability "network.http"`) {
+		t.Errorf("network.http without the registry that requires it: exit %d\n%s", r.code, r.stderr)
 	}
 }
 
