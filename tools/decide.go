@@ -105,6 +105,9 @@ func (d *Declaration) Decide(policy *capability.Policy, principal, tool string, 
 				outside = append(outside, g.String())
 			}
 		}
+		if g, ok := (&Env{Grants: held, WorkDir: workDir}).FS(pc.Capability).covering(pc.Path); ok {
+			pc.Grant = g.String() // the grant it lies inside, allowed or not
+		}
 		if out.Allowed() && out.Err == nil {
 			pc.check(out.Reach, workDir)
 			if pc.Refused != "" {
