@@ -97,8 +97,12 @@ func (d *Declaration) Decide(policy *capability.Policy, principal, tool string, 
 	if policy.Err() != nil {
 		return out
 	}
+	paths := d.inputPaths(input, workDir)
+	if len(paths) == 0 {
+		return out
+	}
 	held := slices.Concat(policy.Grants(principal), capability.ResolveAll(extra))
-	for _, pc := range d.inputPaths(input, workDir) {
+	for _, pc := range paths {
 		var outside []string
 		for _, g := range held {
 			if g.Name == pc.Capability {
@@ -133,6 +137,9 @@ func pathCapability(name string) []InputCapability {
 // capabilities, made absolute and described (where they lead, what is
 // there), not yet checked against grants.
 func (d *Declaration) inputPaths(input json.RawMessage, workDir string) []PathCheck {
+	if !slices.ContainsFunc(d.InputCapabilities, func(ic InputCapability) bool { return strings.HasPrefix(ic.Name, "filesystem.") }) {
+		return nil
+	}
 	var in map[string]json.RawMessage
 	if json.Unmarshal(input, &in) != nil {
 		return nil
