@@ -109,7 +109,8 @@ func (d *Declaration) Decide(policy *capability.Policy, principal, tool string, 
 				outside = append(outside, g.String())
 			}
 		}
-		if g, ok := (&Env{Grants: held, WorkDir: workDir}).FS(pc.Capability).covering(pc.Path); ok {
+		missing := slices.Contains(out.Missing, capability.Capability{Name: pc.Capability, Scope: pc.Path})
+		if g, ok := (&Env{Grants: held, WorkDir: workDir}).FS(pc.Capability).covering(pc.Path); ok && !missing {
 			pc.Grant = g.String() // the grant it lies inside, allowed or not
 		}
 		if out.Allowed() && out.Err == nil {
