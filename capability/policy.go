@@ -2,6 +2,7 @@ package capability
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -99,6 +100,17 @@ type policyFile struct {
 // an approver listed without a key are errors that name the line and
 // column. name labels the errors (a file name, or "" for none).
 func ParsePolicy(name string, data []byte) (*Policy, error) {
+	return ParsePolicyChecked(name, data, nil)
+}
+
+// ParsePolicyChecked is [ParsePolicy] with each grant also checked, as it
+// is written, by check (nil: none): an error of check is reported as a
+// grant that does not parse is, with the file, line and column of the
+// grant. A program that knows which capabilities mean something to it
+// refuses the others here (toolgate refuses the names no tool requires,
+// and '*', as its --allow does), so that a typo in a policy is an error,
+// not a grant that never matches.
+func ParsePolicyChecked(name string, data []byte, check func(grant string) error) (*Policy, error) {
 	where := func(off int64) string {
 		line, col := position(data, off)
 		if name == "" {
@@ -135,14 +147,31 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 		return nil, fmt.Errorf("%w: %s: \"version\" must be 1, got %d", ErrPolicy, labelOr(name), f.Version)
 	}
 	grants := make(map[string][]Capability, len(f.Principals))
-	for principal, caps := range f.Principals {
+	principals := slices.SortedFunc(maps.Keys(f.Principals), func(a, b string) int { // in the file's order: the first error is reported
+		return cmp.Compare(offsetOfKey(data, a), offsetOfKey(data, b))
+	})
+	for _, principal := range principals {
+		caps := f.Principals[principal]
 		off := offsetOfKey(data, principal)
 		if err := checkPrincipal(principal); err != nil {
 			return nil, fmt.Errorf("%s: %w", where(off), err)
 		}
-		gs, err := ParseList(caps)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: principal %q: %v", ErrPolicy, where(off), principal, strings.TrimPrefix(err.Error(), "capability: "))
+		gs := make([]Capability, 0, len(caps))
+		at := off
+		for _, s := range caps {
+			// The grant's own position: its string, after the principal's
+			// key and the grants before it.
+			if i := bytes.Index(data[min(at, int64(len(data))):], mustQuote(s)); i >= 0 {
+				at += int64(i) + 1
+			}
+			c, err := Parse(s)
+			if err == nil && check != nil {
+				err = check(s)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: principal %q: %v", ErrPolicy, where(at), principal, strings.TrimPrefix(err.Error(), "capability: "))
+			}
+			gs = append(gs, c)
 		}
 		grants[principal] = gs
 	}
@@ -224,13 +253,17 @@ func (p *Policy) ApprovalKeys() map[string][]string {
 // LoadPolicy reads and parses the policy file at path. On any error it
 // returns, with the error, a policy that denies everything (see
 // [DenyAll]), so a caller that goes on regardless still fails closed.
-func LoadPolicy(path string) (*Policy, error) {
+func LoadPolicy(path string) (*Policy, error) { return LoadPolicyChecked(path, nil) }
+
+// LoadPolicyChecked is [LoadPolicy] with each grant also checked by check
+// (see [ParsePolicyChecked]).
+func LoadPolicyChecked(path string, check func(grant string) error) (*Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrPolicy, err)
 		return DenyAll(err), err
 	}
-	p, err := ParsePolicy(path, data)
+	p, err := ParsePolicyChecked(path, data, check)
 	if err != nil {
 		return DenyAll(err), err
 	}
@@ -370,6 +403,11 @@ func expected(te *json.UnmarshalTypeError) string {
 		return "a number"
 	}
 	return te.Type.String()
+}
+
+func mustQuote(s string) []byte {
+	b, _ := json.Marshal(s) // a string cannot fail
+	return b
 }
 
 // offsetOfKey finds where principal's key is written in the principals

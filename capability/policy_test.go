@@ -252,3 +252,22 @@ func TestPolicy_DecideIn(t *testing.T) {
 		}
 	}
 }
+
+// ParsePolicyChecked refuses a grant its check refuses, at the grant's own
+// line and column, in the file's order; ParsePolicy checks nothing more.
+func TestParsePolicyChecked(t *testing.T) {
+	data := []byte("{\"version\": 1, \"principals\": {\n  \"bob\": [\"state.write:x\", \"filesystem.raed:/a\"],\n  \"alice\": [\"filesystem.raed:/b\"]\n}}")
+	check := func(g string) error {
+		if strings.HasPrefix(g, "filesystem.raed") {
+			return errors.New("unknown capability")
+		}
+		return nil
+	}
+	_, err := ParsePolicyChecked("p.json", data, check)
+	if !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), `p.json:2:29: principal "bob": unknown capability`) {
+		t.Errorf("err = %v; want bob's second grant at 2:29", err)
+	}
+	if _, err := ParsePolicy("p.json", data); err != nil {
+		t.Errorf("ParsePolicy: %v", err)
+	}
+}

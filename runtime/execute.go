@@ -120,28 +120,23 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 
 // Decide makes rule 2's capability decision for a call of e's tool with
 // input (valid against its input schema) as Execute would, and records
-// nothing: on what the input requires (tools.Declaration.RequiredFor,
-// relative paths taken from the runtime's working directory), under the
-// runtime's policy plus grants. It is for a caller that checks ahead of
-// Execute (an approval flow); Execute decides again.
+// nothing: on what the input requires (tools.Declaration.Decide, relative
+// paths taken from the runtime's working directory), under the runtime's
+// policy plus grants. It is for a caller that checks ahead of Execute (an
+// approval flow); Execute decides again.
 func (r *Runtime) Decide(principal string, e *tools.Entry, input json.RawMessage, grants []capability.Capability) capability.Decision {
 	decl := e.Declaration()
-	d, _ := r.authorize(principal, &decl, input, grants)
-	return d
+	return r.authorize(principal, &decl, input, grants).Decision
 }
 
-// authorize is rule 2's decision on what input requires: the declared
-// capabilities and those its validated fields scope (tools.InputCapability).
-// reach is what the tool's handles may then reach: an input's scope is
-// checked here, and confined at execution by the grants that covered it.
-// An input that cannot name a scope denies, saying why.
-func (r *Runtime) authorize(principal string, decl *tools.Declaration, input json.RawMessage, grants []capability.Capability) (d capability.Decision, reach []capability.Capability) {
-	required, reach, err := decl.RequiredFor(input, r.opts.WorkDir)
-	d = r.policy.DecideIn(r.opts.WorkDir, principal, decl.ID, required, grants, r.opts.Now())
-	if err != nil && d.Reason == "" {
-		d.Reason = err.Error()
-	}
-	return d, reach
+// authorize is rule 2's decision on what input requires
+// (tools.Declaration.Decide): the declared capabilities, those its
+// validated fields scope (tools.InputCapability), and where its
+// filesystem paths lead, looked up as the handles will look them up. Its
+// Reach is what the tool's handles may then reach. An input that cannot
+// name a scope denies, saying why.
+func (r *Runtime) authorize(principal string, decl *tools.Declaration, input json.RawMessage, grants []capability.Capability) tools.Decision {
+	return decl.Decide(r.policy, principal, decl.ID, input, grants, r.opts.WorkDir, r.opts.Now())
 }
 
 // extras are the attempt's audit event extras; decided says whether the
@@ -318,16 +313,19 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rule 2: capability authorization, deny by default.
 	sp.phase("authorize")
-	d, reach := r.authorize(c.inv.Principal, &c.decl, c.inv.Input, c.inv.Grants)
+	td := r.authorize(c.inv.Principal, &c.decl, c.inv.Input, c.inv.Grants)
+	d := td.Decision
 	rec.Capabilities = capability.Strings(d.Granted)
 	if c.decl.RequiresApproval && c.intent == nil && d.Allowed() {
 		d.Reason = c.decl.Key() + " requires an approved intent: propose it, have it approved, and run it with the intent's id and hash"
 	}
 	c.decision = decisionRecord(d)
-	c.grants = capability.Decision{Required: reach, Granted: d.Granted}.Effective()
+	c.grants = td.Reach
 	if !d.Allowed() {
+		// A path the handle would refuse is refused here, before anything
+		// runs, with the handle's own error (td.Err).
 		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
-			Missing: d.Missing, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
+			Missing: d.Missing, Err: td.Err, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
 	}
 	m.Fire(lifecycle.EventGranted, "")
 	sp.transitioned(m, nil)

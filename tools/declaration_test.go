@@ -264,6 +264,19 @@ func TestResourceLimits_JSON(t *testing.T) {
 	})
 }
 
+// appendixAWithPath is appendix A as the built-in file.read@1.0.0
+// declares it: with one member added, the input capability that decides
+// its path before the call runs (inputCapabilities, an extension of
+// RFC-0001 4.1; see tools.Declaration.Decide).
+func appendixAWithPath(t *testing.T) []byte {
+	t.Helper()
+	const after = `"requiredCapabilities": ["filesystem.read"],`
+	if !strings.Contains(appendixA, after) {
+		t.Fatal("appendix A has no requiredCapabilities line")
+	}
+	return []byte(strings.Replace(appendixA, after, after+`"inputCapabilities": [{"name": "filesystem.read", "scopeFrom": "path"}],`, 1))
+}
+
 // appendixA is the example declaration of RFC-0001 appendix A, in JSON.
 const appendixA = `{
   "id": "file.read",

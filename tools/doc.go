@@ -24,10 +24,16 @@
 // runtime's working directory and cleaned). The exec tools declare
 // filesystem.read:{cwd}: a call without a working directory needs no
 // filesystem grant, one with a working directory needs filesystem.read
-// covering it. [Declaration.RequiredFor] computes what one input requires;
+// covering it. The file tools declare their path the same way
+// (filesystem.read:{path}, filesystem.write:{path}), so their path is
+// decided with the call, not only inside the handle.
+// [Declaration.RequiredFor] computes what one input requires;
 // the runtime decides on it in RFC-0001 5.1 rule 2, after the input is
 // validated and before anything runs, and records exactly that in the
-// decision. [Declaration.MayRequire] is every capability a call may need,
+// decision. [Declaration.Decide] is that decision whole, the one the
+// runtime makes and its explanations show: it also looks each filesystem
+// path of the input up as the handle will, and denies one that leads out
+// of its grant. [Declaration.MayRequire] is every capability a call may need,
 // for listings and hints (MCP's readOnlyHint counts them). A registry file
 // writes one as "filesystem.read:{path}" in capabilities.
 //

@@ -48,6 +48,7 @@ func FileRead() Tool {
   "additionalProperties": false
 }`),
 		RequiredCapabilities: []capability.Capability{{Name: "filesystem.read"}},
+		InputCapabilities:    pathCapability("filesystem.read"),
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: 5 * time.Second, MaxMemory: 10 << 20, MaxFileSize: 1 << 20},
 		Deterministic:        true,
 		Idempotent:           true,

@@ -58,8 +58,8 @@ func TestFileRead_Declaration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := compactJSON(t, b), compactJSON(t, []byte(appendixA)); got != want {
-		t.Errorf("file.read declaration =\n%s\nwant RFC-0001 appendix A\n%s", got, want)
+	if got, want := compactJSON(t, b), compactJSON(t, appendixAWithPath(t)); got != want {
+		t.Errorf("file.read declaration =\n%s\nwant RFC-0001 appendix A with its path's input capability\n%s", got, want)
 	}
 	if got := tools.Builtins(); len(got) == 0 || keyOf(got[0]) != "file.read@1.0.0" {
 		t.Errorf("Builtins() = %v; want file.read@1.0.0 first", got)

@@ -97,6 +97,7 @@ func fileReadRange(version, pathProp string) Tool {
   "additionalProperties": false
 }`),
 		RequiredCapabilities: []capability.Capability{{Name: "filesystem.read"}},
+		InputCapabilities:    pathCapability("filesystem.read"),
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: 5 * time.Second, MaxMemory: 10 << 20, MaxFileSize: 1 << 20},
 		Deterministic:        true,
 		Idempotent:           true,
@@ -240,6 +241,7 @@ func fileList(version, pathProp string) Tool {
   "additionalProperties": false
 }`),
 		RequiredCapabilities: []capability.Capability{{Name: "filesystem.read"}},
+		InputCapabilities:    pathCapability("filesystem.read"),
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: 10 * time.Second, MaxOutputBytes: 4 << 20},
 		Deterministic:        true,
 		Idempotent:           true,
@@ -352,6 +354,7 @@ func fileWrite(version, pathProp string) Tool {
   "additionalProperties": false
 }`),
 		RequiredCapabilities: []capability.Capability{{Name: "filesystem.write"}},
+		InputCapabilities:    pathCapability("filesystem.write"),
 		ResourceLimits:       ResourceLimits{MaxExecutionTime: 5 * time.Second, MaxMemory: 10 << 20, MaxFileSize: 1 << 20},
 		Deterministic:        true,
 		Idempotent:           true,

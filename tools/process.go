@@ -310,6 +310,9 @@ func (e *Env) processDir(dir string) (string, func(), error) {
 				continue
 			}
 			fd, err := openNoLinks(real, unix.O_PATH|unix.O_DIRECTORY)
+			if errors.Is(err, unix.ENOTDIR) {
+				return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err} // a file, not a refusal
+			}
 			if err != nil {
 				return "", nil, &AccessError{Capability: name + ":" + abs, Reason: "the working directory changed while it was checked: " + err.Error()}
 			}

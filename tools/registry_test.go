@@ -335,8 +335,8 @@ func TestEntry_MarshalJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := compactJSON(t, b), compactJSON(t, []byte(appendixA)); got != want {
-		t.Errorf("MarshalJSON =\n%s\nwant appendix A\n%s", got, want)
+	if got, want := compactJSON(t, b), compactJSON(t, appendixAWithPath(t)); got != want {
+		t.Errorf("MarshalJSON =\n%s\nwant appendix A with its path's input capability\n%s", got, want)
 	}
 }
 

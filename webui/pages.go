@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -104,7 +105,7 @@ type intentRow struct {
 const maxPreview = 160
 
 // preview is one line saying what an intent would do: a process tool's
-// argv, else its compact input.
+// argv, else its compact input with the fields that decide first.
 func (u *UI) preview(in *tgruntime.Intent) string { return previewOf(u.rt.Registry(), in) }
 
 func previewOf(reg *tools.Registry, in *tgruntime.Intent) string {
@@ -112,13 +113,74 @@ func previewOf(reg *tools.Registry, in *tgruntime.Intent) string {
 	if p := processOf(reg, in); p != nil {
 		s = explain.QuoteArgs(append([]string{p.Command}, p.Args...))
 	} else {
-		s = display(in.Input, "")
+		s = decidingFirst(reg, in)
 	}
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) > maxPreview {
 		s = string([]rune(s)[:maxPreview-1]) + "…"
 	}
 	return s
+}
+
+// decidingFields are input fields that say where a call acts, shown first
+// in a preview when the tool's declaration does not name them (as input
+// capabilities do).
+var decidingFields = []string{"path", "command", "cwd", "url"}
+
+// decidingFirst is the intent's input on one line, as display writes it,
+// with the fields that decide what the call touches first: those its
+// tool's input capabilities take a scope from (a file tool's path), then
+// path, command, cwd and url, then the others in canonical order. A long
+// content field can so never push the path out of a cut preview.
+func decidingFirst(reg *tools.Registry, in *tgruntime.Intent) string {
+	d := json.NewDecoder(bytes.NewReader(in.Input))
+	d.UseNumber()
+	var m map[string]any
+	if d.Decode(&m) != nil || len(m) == 0 {
+		return display(in.Input, "")
+	}
+	var first []string
+	if reg != nil {
+		if e, err := reg.Lookup(in.Tool, in.Version); err == nil {
+			for _, ic := range e.Declaration().InputCapabilities {
+				first = append(first, ic.ScopeFrom)
+			}
+		}
+	}
+	first = append(first, decidingFields...)
+	var keys []string
+	for _, k := range first {
+		if _, ok := m[k]; ok && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(mustJSON(k))
+		b.WriteByte(':')
+		b.WriteString(display(mustJSON(m[k]), ""))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func mustJSON(v any) json.RawMessage {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if e.Encode(v) != nil {
+		return nil
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // process is what the intent's process tool would run, nil for another

@@ -35,13 +35,10 @@ func parseAllow(vals []string, regs ...*tools.Registry) ([]capability.Capability
 	}
 	out := make([]capability.Capability, 0, len(vals))
 	for _, v := range vals {
+		if err := checkGrant(v, known); err != nil {
+			return nil, err
+		}
 		name, scope, scoped := strings.Cut(v, ":")
-		if strings.Contains(v, "*") {
-			return nil, fmt.Errorf("%q: '*' is not a wildcard: a capability without a scope (%s) covers everything, a scope names a path or a command", v, name)
-		}
-		if !slices.Contains(known, name) {
-			return nil, fmt.Errorf("unknown capability %q; known: %s", name, strings.Join(known, ", "))
-		}
 		if scoped && strings.HasPrefix(scope, "~") {
 			rest, ok := strings.CutPrefix(scope, "~")
 			if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
@@ -68,6 +65,64 @@ func parseAllow(vals []string, regs ...*tools.Registry) ([]capability.Capability
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// checkGrant refuses a grant that would mean nothing: a name no tool
+// requires (not in known), with the known name it is likely a typo of, and
+// '*' anywhere. It is the one check of a grant, for --allow and for the
+// grants of a policy file alike.
+func checkGrant(v string, known []string) error {
+	name, _, _ := strings.Cut(v, ":")
+	if strings.Contains(v, "*") {
+		return fmt.Errorf("%q: '*' is not a wildcard: a capability without a scope (%s) covers everything, a scope names a path or a command", v, name)
+	}
+	if known != nil && !slices.Contains(known, name) {
+		if near := nearest(name, known); near != "" {
+			return fmt.Errorf("unknown capability %q; did you mean %s? known: %s", name, near, strings.Join(known, ", "))
+		}
+		return fmt.Errorf("unknown capability %q; known: %s", name, strings.Join(known, ", "))
+	}
+	return nil
+}
+
+// nearest is the name of known closest to name by edit distance, when it
+// is close enough to be a typo of it (at most a third of its letters
+// differ); "" otherwise.
+func nearest(name string, known []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, k := range known {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance (optimal string
+// alignment) between a and b, in bytes: a swap of two neighbours counts
+// one.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // knownCapabilities are the capability names a grant can mean something

@@ -74,7 +74,7 @@ func TestRun_ExitCodes(t *testing.T) {
 		{"denied: wrong capability", []string{"run", "file.read", "--allow", "filesystem.write:.", "--input", `{"path":"hello.txt"}`}, ExitDenied, "DENIED"},
 		{"aborted: file size limit", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"big.txt"}`}, ExitAborted, "file_size_limit"},
 		{"rolled back: tool error", []string{"run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"sub"}`}, ExitRollback, "not a regular file"},
-		{"denied: outside the grant", []string{"run", "file.read", "--allow", "filesystem.read:sub", "--input", `{"path":"hello.txt"}`}, ExitDenied, "--allow filesystem.read:"},
+		{"denied: outside the grant", []string{"run", "file.read", "--allow", "filesystem.read:sub", "--input", `{"path":"hello.txt"}`}, ExitDenied, "is outside filesystem.read:"}, // the hint names the grant, not the path's place
 		{"usage: unknown tool", []string{"run", "no.such.tool"}, ExitUsage, "toolgate tools"},
 		{"usage: unknown version", []string{"run", "file.read@9.0.0", "--allow", "filesystem.read:."}, ExitUsage, "9.0.0"},
 		{"usage: bad capability", []string{"run", "file.read", "--allow", "Not A Cap"}, ExitUsage, "--allow"},

@@ -269,7 +269,7 @@ func TestExitCodes_EveryRow(t *testing.T) {
 		{"invalid input", ExitFailed, args("run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":7}`), "/path", result},
 
 		{"capability not granted", ExitDenied, args("run", "file.read", "--input", in), "--allow filesystem.read:PATH", result},
-		{"path outside the grant", ExitDenied, args("run", "file.read", "--allow", "filesystem.read:sub", "--input", in), "--allow filesystem.read:", result},
+		{"path outside the grant", ExitDenied, args("run", "file.read", "--allow", "filesystem.read:sub", "--input", in), "is outside filesystem.read:", result},
 		{"command outside the grant", ExitDenied, args("run", "exec_status", "--allow", "process.exec:/bin/true", "--allow", "filesystem.read:.", "--input", execInput("0")),
 			"--allow process.exec:", result},
 		{"intent pending", ExitDenied, func(t *testing.T) []string {

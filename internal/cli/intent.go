@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/explain"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -277,6 +278,9 @@ func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 		required = d.RequiredCapabilities
 	}
 	for _, c := range required {
+		if c.IsFilesystem() && c.Scope != "" && slices.Contains(required, capability.Capability{Name: c.Name}) {
+			continue // a file tool's path: the unscoped requirement names its directory
+		}
 		v := c.String()
 		if c.Scope == "" {
 			switch {

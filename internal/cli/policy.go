@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,12 +24,14 @@ A policy file is JSON:
   {
     "version": 1,
     "principals": {
-      "alice":  ["filesystem.read:/srv/data", "state.write:orders"],
+      "alice":  ["filesystem.read:/srv/data", "filesystem.write:/srv/out"],
       "ci-bot": ["process.exec:git"]
     }
   }
 
-A policy that cannot be read or is invalid denies everything, and says why.
+A policy that cannot be read or is invalid is refused (exit 2, naming the file,
+line and column): its grants are checked as --allow checks its values, so a
+capability name no tool requires (a typo) and '*' are errors.
 
 A filesystem grant names a place: its symbolic links are followed once, when
 the grant is made (the policy is loaded, or --allow is given), and the tool is
@@ -50,11 +53,49 @@ func (g *globals) policy() (*capability.Policy, error) {
 	if path == "" {
 		return nil, nil
 	}
-	p, err := capability.LoadPolicy(path)
+	known := g.knownNames()
+	p, err := capability.LoadPolicyChecked(path, func(grant string) error { return checkGrant(grant, known) })
 	if err != nil {
 		return p, usageErr("%s: %v", from, err)
 	}
 	return p, nil
+}
+
+// knownNames are the capability names a grant of the policy can mean
+// something for, as --allow takes them (knownCapabilities): those the
+// registry's tools require, and the runtime's own. A registry file not
+// loaded yet is read for them without starting its upstream MCP servers
+// (their tools require mcp.call). Nil when the registry cannot be read:
+// the command that loads it says why.
+func (g *globals) knownNames() []string {
+	var regs []*tools.Registry
+	path := g.registryPath
+	if path == "" {
+		path = os.Getenv("TOOLGATE_REGISTRY")
+	}
+	extra := []string{}
+	switch {
+	case g.reg != nil: // its gateway tools, if any, require mcp.call
+		regs = []*tools.Registry{g.reg}
+	case path != "":
+		reg, err := tools.LoadRegistryFileWith(path, func(servers []tools.MCPServer) ([]tools.Tool, error) {
+			if len(servers) > 0 {
+				extra = append(extra, "mcp.call")
+			}
+			return nil, nil
+		}, tools.Builtins()...)
+		if err != nil {
+			return nil
+		}
+		regs = []*tools.Registry{reg}
+	}
+	known, err := knownCapabilities(regs)
+	if err != nil {
+		return nil
+	}
+	known = append(known, extra...)
+	slices.Sort(known)
+	return slices.Compact(known)
 }
 
 func newPolicyCmd(g *globals, stdio Stdio) *cobra.Command {
@@ -140,7 +181,7 @@ listed as also required when their field is given.
 					return internalErr(err)
 				}
 			} else {
-				printDecision(stdio, v)
+				printDecision(stdio, v, append(policy.Grants(who), capability.ResolveAll(extra)...))
 			}
 			if !v.Allowed {
 				return &exitError{code: ExitDenied}
@@ -164,7 +205,9 @@ func decide(policy *capability.Policy, principal string, decl tools.Declaration,
 	return explain.Call(policy, principal, decl, input, extra, "", time.Now(), tgruntime.Message)
 }
 
-func printDecision(stdio Stdio, v checkView) {
+// printDecision prints v; held are the grants the principal has for the
+// call (the policy's and --allow), named in a denial's hint.
+func printDecision(stdio Stdio, v checkView, held []capability.Capability) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	switch {
 	case v.Allowed && v.RequiresApproval:
@@ -201,10 +244,37 @@ func printDecision(stdio Stdio, v checkView) {
 			fmt.Fprintf(w, "place\t%s -> %s (%s)\n", p.Capability, p.Place, p.Kind)
 		}
 	}
+	for _, p := range v.Paths {
+		fmt.Fprintf(w, "%s %s\t%s\n", p.Field, p.Path, pathLine(p))
+	}
 	w.Flush()
 	if !v.Allowed && len(v.Missing) > 0 && v.Reason == "" {
-		fmt.Fprintln(stdio.Out, denyHint(capabilitiesOf(v.Missing)))
+		fmt.Fprintln(stdio.Out, denyHint(capabilitiesOf(v.Missing), held))
 	}
+}
+
+// pathLine says where an input path leads, what is there, and the grant
+// it lies inside or those it falls outside of.
+func pathLine(p tools.PathCheck) string {
+	var b strings.Builder
+	if p.Leads != p.Path {
+		b.WriteString("leads to " + p.Leads + " ")
+	}
+	b.WriteString("(" + p.Kind + ")")
+	if p.DirMissing {
+		b.WriteString(", and so is its directory")
+	}
+	switch {
+	case p.Refused != "":
+		b.WriteString("; REFUSED: it " + p.Refused)
+	case p.Grant != "":
+		b.WriteString("; inside " + p.Grant)
+	case len(p.Outside) > 0:
+		b.WriteString("; OUTSIDE " + strings.Join(p.Outside, ", "))
+	default:
+		b.WriteString("; inside no grant of " + p.Capability)
+	}
+	return b.String()
 }
 
 func capabilitiesOf(ss []string) []capability.Capability {

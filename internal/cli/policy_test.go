@@ -67,9 +67,10 @@ func TestRun_Principal(t *testing.T) {
 	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "alice", "file.read", "--input", in); r.code != ExitCompleted {
 		t.Fatalf("alice: code %d\n%s", r.code, r.stderr)
 	}
-	// bob holds only sub/: authorized (file.read requires filesystem.read),
-	// but the handle refuses hello.txt: an authorization failure, exit 4.
-	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "bob", "file.read", "--input", in); r.code != ExitDenied || !strings.Contains(r.stderr, "outside the granted scopes") {
+	// bob holds only sub/: file.read of hello.txt requires
+	// filesystem.read covering it, which bob lacks: denied, exit 4, the
+	// hint naming the grant the path falls outside of.
+	if r := toolgate(t, "", "run", "--policy", policy, "--principal", "bob", "file.read", "--input", in); r.code != ExitDenied || !strings.Contains(r.stderr, "is outside filesystem.read:"+filepath.Join(dir, "sub")) {
 		t.Fatalf("bob: code %d\n%s", r.code, r.stderr)
 	}
 	// --allow adds to what the policy gives.

@@ -153,7 +153,11 @@ as --principal, by default cli:$USER.
 				}
 				return internalErr(err)
 			}
-			if perr := printResult(stdio, g.json, res, err); perr != nil {
+			held := capability.ResolveAll(grants)
+			if policy != nil {
+				held = append(policy.Grants(who), held...)
+			}
+			if perr := printResult(stdio, g.json, res, err, held); perr != nil {
 				return internalErr(perr)
 			}
 			if cerr := rt.Close(context.Background()); cerr != nil {
@@ -434,7 +438,9 @@ func exitCode(res *tgruntime.Result) int {
 	return ExitInternal
 }
 
-func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error) error {
+// printResult prints a run's result; held are the grants the call had
+// (the policy's for the principal, and --allow), named in a refusal's hint.
+func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error, held []capability.Capability) error {
 	if asJSON {
 		enc := json.NewEncoder(stdio.Out)
 		enc.SetIndent("", "  ")
@@ -470,27 +476,67 @@ func printResult(stdio Stdio, asJSON bool, res *tgruntime.Result, execErr error)
 		var acc *tools.AccessError
 		switch {
 		case errors.As(execErr, &ae) && len(ae.Missing) > 0 && ae.Reason == "":
-			fmt.Fprintln(stdio.Err, denyHint(ae.Missing))
-		case errors.As(execErr, &acc):
-			if c, err := capability.Parse(acc.Capability); err == nil {
-				fmt.Fprintln(stdio.Err, denyHint([]capability.Capability{c}))
+			fmt.Fprintln(stdio.Err, denyHint(ae.Missing, held))
+		case errors.As(execErr, &acc) && (ae == nil || ae.Reason == ""): // a path refused at the decision says where it leads
+			if h := outsideHint(acc.Capability, held); h != "" {
+				fmt.Fprintln(stdio.Err, h)
+			} else if c, err := capability.Parse(acc.Capability); err == nil {
+				fmt.Fprintln(stdio.Err, denyHint([]capability.Capability{c}, held)) // the flag that grants it (a command), or name:PATH
 			}
 		}
 	}
 	return nil
 }
 
-// denyHint names the --allow flags that would grant what was missing.
-func denyHint(missing []capability.Capability) string {
-	flags := make([]string, len(missing))
-	for i, m := range missing {
-		v := m.String()
-		if m.Scope == "" && strings.HasPrefix(m.Name, "filesystem.") {
-			v += ":PATH"
+// denyHint says what would let a denied call run: the --allow flags that
+// grant what was missing, except for a filesystem path outside the grants
+// of its capability that the call has (held): that hint names those
+// grants, and never suggests granting the place the path went to (a path
+// of an agent's input that leaves its grant, by .. or as an absolute path,
+// is answered by a path inside the grant, not by a wider one).
+func denyHint(missing, held []capability.Capability) string {
+	var flags, lines []string
+	add := func(f string) {
+		if !slices.Contains(flags, f) {
+			flags = append(flags, f)
 		}
-		flags[i] = "--allow " + v
 	}
-	return "to grant it for this call: " + strings.Join(flags, " ")
+	for _, m := range missing {
+		switch {
+		case m.IsFilesystem() && m.Scope != "":
+			if h := outsideHint(m.String(), held); h != "" {
+				lines = append(lines, h)
+				continue
+			}
+			add("--allow " + m.Name + ":PATH")
+		case m.IsFilesystem():
+			add("--allow " + m.Name + ":PATH")
+		default:
+			add("--allow " + m.String())
+		}
+	}
+	if len(flags) > 0 {
+		lines = append(lines, "to grant it for this call: "+strings.Join(flags, " "))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// outsideHint names the grants that a refused filesystem path (c, as
+// "filesystem.read:/etc/shadow") falls outside of; "" when the call held
+// no grant of its capability.
+func outsideHint(c string, held []capability.Capability) string {
+	name, place, _ := strings.Cut(c, ":")
+	var in []string
+	for _, g := range held {
+		if g.Name == name {
+			in = append(in, g.String())
+		}
+	}
+	if len(in) == 0 || !strings.HasPrefix(name, "filesystem.") {
+		return ""
+	}
+	return fmt.Sprintf("%s is outside %s, what this call holds of %s: give a path inside it (a grant is not widened for a path that leaves it)",
+		place, strings.Join(in, ", "), name)
 }
 
 // writeJSON indents raw for reading, keeping its key order and numbers.

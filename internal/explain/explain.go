@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -57,6 +56,12 @@ type Decision struct {
 	// intent: whatever the grants, a plain call of it is denied.
 	RequiresApproval bool `json:"requiresApproval,omitempty"`
 
+	// Paths are, for a call explained with its input, where each
+	// filesystem path the input gives leads (tools.PathCheck): the
+	// cleaned absolute path, where its links lead, what is there, the
+	// grant it lies inside or those it falls outside of.
+	Paths []tools.PathCheck `json:"paths,omitempty"`
+
 	// Requirements are Required with the grants (held, and the extra
 	// ones) that meet each, in order.
 	Requirements []Requirement `json:"-"`
@@ -87,25 +92,21 @@ func Call(policy *capability.Policy, principal string, decl tools.Declaration, i
 		v.RequiresApproval = decl.RequiresApproval
 		return v
 	}
-	// As the runtime's authorize: what this input requires.
-	required, reach, rerr := decl.RequiredFor(input, workDir)
-	asCalled := decl
-	asCalled.RequiredCapabilities, asCalled.InputCapabilities = required, nil
-	v := Explain(policy, principal, asCalled, extra, now)
+	// The runtime's decision (tools.Declaration.Decide), explained.
+	td := decl.Decide(policy, principal, decl.Key(), input, extra, workDir, now)
+	v := explained(policy, td.Decision, extra)
 	v.RequiresApproval = decl.RequiresApproval
-	if rerr != nil && v.Reason == "" {
-		v.Allowed, v.Reason = false, message(rerr)
-		v.Effective, v.Places = []string{}, []Place{}
-		for i := range v.Requirements {
-			v.Requirements[i].MetBy = nil
-		}
+	v.Paths = td.Paths
+	switch {
+	case td.Err != nil:
+		v.Reason = message(td.Err)
+	case td.InputErr != nil:
+		v.Reason = message(td.InputErr)
 	}
-	if v.Allowed && !slices.Equal(reach, required) {
-		// The handles get what the call may reach (reach), narrowed to
-		// the grants that met its requirements, as Execute gives them.
-		d := policy.DecideIn(workDir, principal, decl.Key(), required, extra, v.At)
-		eff := capability.Decision{Required: reach, Granted: d.Granted}.Effective()
-		v.Effective, v.Places = capability.Strings(eff), Places(eff)
+	if v.Allowed {
+		// The handles get what the call may reach, narrowed to the grants
+		// that met its requirements, as Execute gives them.
+		v.Effective, v.Places = capability.Strings(td.Reach), Places(td.Reach)
 	}
 	return v
 }
@@ -117,7 +118,11 @@ func Explain(policy *capability.Policy, principal string, decl tools.Declaration
 	if policy == nil {
 		policy, _ = capability.NewPolicy(nil)
 	}
-	d := policy.Decide(principal, decl.Key(), decl.RequiredCapabilities, extra, now)
+	return explained(policy, policy.Decide(principal, decl.Key(), decl.RequiredCapabilities, extra, now), extra)
+}
+
+// explained explains d, a decision of policy with extra grants.
+func explained(policy *capability.Policy, d capability.Decision, extra []capability.Capability) Decision {
 	v := Decision{
 		Allowed: d.Allowed(), DecisionID: d.ID, Principal: d.Principal, Tool: d.Tool,
 		Required: capability.Strings(d.Required), Granted: capability.Strings(d.Granted),
@@ -128,10 +133,10 @@ func Explain(policy *capability.Policy, principal string, decl tools.Declaration
 		v.Effective = capability.Strings(d.Effective())
 		v.Places = Places(d.Effective())
 	}
-	grants := append(append([]capability.Capability{}, policy.Grants(principal)...), extra...)
+	grants := append(append([]capability.Capability{}, policy.Grants(d.Principal)...), capability.ResolveAll(extra)...)
 	for _, r := range v.Required {
 		req := Requirement{Capability: r}
-		if c, err := capability.Parse(r); err == nil && v.Reason == "" {
+		if c, err := capability.Parse(r); err == nil && policy.Err() == nil {
 			for _, gr := range grants {
 				if gr.Covers(c) {
 					req.MetBy = append(req.MetBy, gr.String())
