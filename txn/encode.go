@@ -19,9 +19,11 @@ import (
 //	           strs(Capabilities) str(InputHash) bytes(Output) str(OutputHash)
 //	           opt(ErrorInfo) opt(WriteSetSummary) strs(AuditEvents)
 //	           time(StartedAt) time(EndedAt) [token]
-//	token    = 0x01 str(Issuer) str(Subject) str(SHA256), only when the
-//	           record has a Token (a record written before tokens ends
-//	           at EndedAt, and still decodes)
+//	token    = str(Issuer) str(Subject) str(SHA256): present exactly when
+//	           the tag is 0x02, a record with a Token (records written
+//	           before tokens have the tag 0x01 and end at EndedAt, and
+//	           still decode; a record of either tag that is cut short or
+//	           runs on is refused)
 //	transition = str(From) str(To) str(Event) time(At) str(Reason)
 //	str      = uvarint(n<<2 | kind) ...: kind 0: n bytes, the string as is;
 //	           kind 1 (n = 0): the 16 bytes of a UUID in its canonical
@@ -39,7 +41,10 @@ import (
 // empty, times keep their zone offset, and Output is stored compacted, as
 // json.Marshal writes a RawMessage. Unlike JSON, strings are kept byte for
 // byte, even when they are not valid UTF-8.
-const recordTag = 0x01
+const (
+	recordTag      = 0x01
+	recordTagToken = 0x02 // a record with a Token, stored after EndedAt
+)
 
 // EncodeRecord returns the stored form of r, exactly as Begin, Put, Commit
 // and Rollback write it, for a tool that must reproduce the store's writes
@@ -52,7 +57,11 @@ func EncodeRecord(r *Record) ([]byte, error) { return encodeRecord(r) }
 // with a zone offset of a day or more (json.Marshal refuses them, so such a
 // record could not be shown).
 func appendRecord(b []byte, r *Record) ([]byte, error) {
-	b = append(b, recordTag)
+	if r.Token != nil {
+		b = append(b, recordTagToken)
+	} else {
+		b = append(b, recordTag)
+	}
 	b = appendStr(b, r.ExecutionID)
 	b = appendStr(b, r.CallID)
 	b = appendStr(b, r.TraceID)
@@ -118,7 +127,6 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 		return nil, err
 	}
 	if tk := r.Token; tk != nil {
-		b = append(b, 1)
 		b = appendStr(b, tk.Issuer)
 		b = appendStr(b, tk.Subject)
 		b = appendStr(b, tk.SHA256)
@@ -406,7 +414,8 @@ func (d *recordDecoder) time(what string) time.Time {
 // alias data.
 func parseRecord(data []byte) (*Record, error) {
 	d := &recordDecoder{b: data}
-	if d.byte("tag") != recordTag {
+	tag := d.byte("tag")
+	if tag != recordTag && tag != recordTagToken {
 		return nil, errors.New("not a record of this format")
 	}
 	r := &Record{
@@ -448,7 +457,7 @@ func parseRecord(data []byte) (*Record, error) {
 	r.AuditEvents = d.strs("auditEvents")
 	r.StartedAt = d.time("startedAt")
 	r.EndedAt = d.time("endedAt")
-	if d.err == nil && len(d.b) > 0 && d.flag("token") {
+	if tag == recordTagToken {
 		r.Token = &TokenRef{Issuer: d.str("token"), Subject: d.str("token"), SHA256: d.str("token")}
 	}
 	if d.err == nil && len(d.b) > 0 {

@@ -23,8 +23,8 @@ func TestRecord_TokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(with[:len(plain)]) != string(plain) {
-		t.Fatal("the token is not appended after the record of before")
+	if with[0] != recordTagToken || plain[0] != recordTag || string(with[1:len(plain)]) != string(plain[1:]) {
+		t.Fatal("a record with a token is not the record of before, tagged 0x02, with the token after it")
 	}
 	got, err := parseRecord(with)
 	if err != nil {
@@ -40,7 +40,14 @@ func TestRecord_TokenRoundTrip(t *testing.T) {
 	if _, err := parseRecord(append(with, 0)); err == nil {
 		t.Fatal("a byte after the token was accepted")
 	}
-	if _, err := parseRecord(append(plain, 2)); err == nil {
-		t.Fatal("a bad token flag was accepted")
+	if _, err := parseRecord(append(plain, 0)); err == nil {
+		t.Fatal("a byte after a record without a token was accepted")
+	}
+	// Cut anywhere, the record with a token is refused: at the end of the
+	// record of before too, where it would otherwise lose its token.
+	for n := range len(with) {
+		if _, err := parseRecord(with[:n]); err == nil {
+			t.Fatalf("a record with a token cut to %d of %d bytes was accepted", n, len(with))
+		}
 	}
 }
