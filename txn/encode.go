@@ -18,7 +18,12 @@ import (
 //	           uvarint(len(Transitions)+1, or 0 for nil) transition*
 //	           strs(Capabilities) str(InputHash) bytes(Output) str(OutputHash)
 //	           opt(ErrorInfo) opt(WriteSetSummary) strs(AuditEvents)
-//	           time(StartedAt) time(EndedAt)
+//	           time(StartedAt) time(EndedAt) [procs]
+//	procs    = tag(0x02) uvarint(n) process*: only when Processes is not
+//	           empty (a claim of a tool with running processes), so every
+//	           record written before it existed reads as it did
+//	process  = varint(Pid) uvarint(StartTime) varint(Session) str(BootID)
+//	           str(Host) str(Cgroup) str(Command)
 //	transition = str(From) str(To) str(Event) time(At) str(Reason)
 //	str      = uvarint(n<<2 | kind) ...: kind 0: n bytes, the string as is;
 //	           kind 1 (n = 0): the 16 bytes of a UUID in its canonical
@@ -111,8 +116,27 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	if b, err = appendTime(b, r.StartedAt); err != nil {
 		return nil, err
 	}
-	return appendTime(b, r.EndedAt)
+	if b, err = appendTime(b, r.EndedAt); err != nil {
+		return nil, err
+	}
+	if len(r.Processes) > 0 {
+		b = append(b, processesTag)
+		b = binary.AppendUvarint(b, uint64(len(r.Processes)))
+		for _, p := range r.Processes {
+			b = binary.AppendVarint(b, int64(p.Pid))
+			b = binary.AppendUvarint(b, p.StartTime)
+			b = binary.AppendVarint(b, int64(p.Session))
+			b = appendStr(b, p.BootID)
+			b = appendStr(b, p.Host)
+			b = appendStr(b, p.Cgroup)
+			b = appendStr(b, p.Command)
+		}
+	}
+	return b, nil
 }
+
+// processesTag starts the optional Processes of a record.
+const processesTag = 0x02
 
 // String kinds (see the format above).
 const (
@@ -436,6 +460,21 @@ func parseRecord(data []byte) (*Record, error) {
 	r.AuditEvents = d.strs("auditEvents")
 	r.StartedAt = d.time("startedAt")
 	r.EndedAt = d.time("endedAt")
+	if d.err == nil && len(d.b) > 0 && d.b[0] == processesTag {
+		d.b = d.b[1:]
+		if n := d.uvarint("processes"); n > uint64(len(d.b)) {
+			d.fail("processes")
+		} else if n > 0 {
+			r.Processes = make([]Process, n)
+			for i := range r.Processes {
+				p := &r.Processes[i]
+				p.Pid = d.varint("process")
+				p.StartTime = d.uvarint("process")
+				p.Session = d.varint("process")
+				p.BootID, p.Host, p.Cgroup, p.Command = d.str("process"), d.str("process"), d.str("process"), d.str("process")
+			}
+		}
+	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%d bytes after the record", len(d.b))
 	}

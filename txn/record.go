@@ -32,6 +32,25 @@ type Record struct {
 	AuditEvents  []string         `json:"auditEvents,omitempty"` // ids of the attempt's audit events
 	StartedAt    time.Time        `json:"startedAt"`
 	EndedAt      time.Time        `json:"endedAt,omitzero"` // zero while the execution is in flight
+	// Processes are the processes the tool started that are still
+	// running, kept in the claim (Tx.SetProcesses) so that recovery can
+	// kill what a crash left running before it records the attempt as
+	// interrupted. Empty in final records.
+	Processes []Process `json:"processes,omitempty"`
+}
+
+// Process names a running process of an execution so that recovery, in
+// another process of ours, finds it again, and only it: its pid (also its
+// process group's id) and its start time (field 22 of /proc/<pid>/stat)
+// on the boot BootID of the machine Host.
+type Process struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"startTime"`
+	Session   int    `json:"session,omitempty"`
+	BootID    string `json:"bootId"`
+	Host      string `json:"host,omitempty"`
+	Cgroup    string `json:"cgroup,omitempty"`  // the run's own cgroup, if it has one
+	Command   string `json:"command,omitempty"` // the program, for messages
 }
 
 // Transition is one step of a record's state history.
