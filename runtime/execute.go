@@ -528,6 +528,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		OnProcess:   c.r.procs.observer(c.decl.ID),
 		Stager:      c.stage,
 	}
+	env.OnProcessStart = (&procRecord{r: c.r, tx: tx, tool: c.decl.ID}).started
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block

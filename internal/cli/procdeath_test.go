@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolgate/toolgate/txn"
+)
+
+// procInfo is what the test reads of a process in /proc.
+type procInfo struct {
+	pid, ppid, pgid int
+	state           byte
+	cmdline         string
+}
+
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 {
+		return procInfo{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgid, _ := strconv.Atoi(f[2])
+	cl, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return procInfo{pid: pid, ppid: ppid, pgid: pgid, state: f[0][0], cmdline: strings.ReplaceAll(strings.TrimRight(string(cl), "\x00"), "\x00", " ")}, true
+}
+
+// running reports whether pid is a process that has not ended (a zombie
+// has: it only waits for its parent to reap it).
+func running(pid int) bool {
+	p, ok := readProc(pid)
+	return ok && p.state != 'Z' && p.state != 'X'
+}
+
+// findProc returns the running process whose command line is cmdline and
+// that matches ok, if any.
+func findProc(cmdline string, ok func(procInfo) bool) (procInfo, bool) {
+	d, _ := os.ReadDir("/proc")
+	for _, e := range d {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, found := readProc(pid); found && p.cmdline == cmdline && p.state != 'Z' && ok(p) {
+			return p, true
+		}
+	}
+	return procInfo{}, false
+}
+
+// freshPostgresDB creates a database for one test on the server of
+// $TOOLGATE_TEST_POSTGRES, dropped when the test ends, and returns its URL.
+func freshPostgresDB(t *testing.T, base string) string {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, base)
+	must(t, err)
+	t.Cleanup(func() { admin.Close(ctx) })
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "toolgate_procdeath_" + hex.EncodeToString(b[:])
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	must(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)") })
+	u, err := url.Parse(base)
+	must(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
+
+// A `toolgate run` of exec_status is killed with SIGKILL while the tool's
+// process runs. The tool's process dies with it, within a second. What
+// that process started (here a second sleep in its process group, which
+// the parent-death signal does not reach) is killed by the recovery,
+// before it records the attempt; and the record, answered to the retry of
+// the call's idempotency key, says so: ROLLED_BACK, interrupted, and the
+// process it left running killed. On Postgres the recovery is another
+// node's, once the killed node's lease has expired.
+func TestKill9_ProcessToolDiesWithToolgate(t *testing.T) {
+	t.Run("bbolt", func(t *testing.T) {
+		dir := workdir(t)
+		kill9DuringExecStatus(t, dir, filepath.Join(dir, "state", "toolgate.db"), false)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		base := os.Getenv("TOOLGATE_TEST_POSTGRES")
+		if base == "" {
+			t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestKill9_ProcessToolDiesWithToolgate ./internal/cli")
+		}
+		dir := workdir(t)
+		kill9DuringExecStatus(t, dir, freshPostgresDB(t, base), true)
+	})
+}
+
+func kill9DuringExecStatus(t *testing.T, dir, db string, postgres bool) {
+	// A distinct duration marks this test's sleeps among the machine's.
+	long := strconv.Itoa(3000 + int(time.Now().UnixNano()%1000))
+	script := "sleep " + long + "1 & exec sleep " + long + "2"
+	args := []string{"run", "exec_status", "--allow", "process.exec:sh", "--idempotency-key", "k1", "--db", db,
+		"--input", `{"command":"sh","args":["-c","` + script + `"]}`}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), asToolgate+"=1", "TOOLGATE_NODE=a", "TOOLGATE_LEASE=1s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+
+	// The tool's process (the exec'd "sleep …2") is toolgate's child; the
+	// "sleep …1" it started is in its process group.
+	var leader, grand procInfo
+	for i := 0; ; i++ {
+		var ok bool
+		if leader, ok = findProc("sleep "+long+"2", func(p procInfo) bool { return p.ppid == cmd.Process.Pid }); ok {
+			if grand, ok = findProc("sleep "+long+"1", func(p procInfo) bool { return p.pgid == leader.pid }); ok {
+				break
+			}
+		}
+		if i == 3000 {
+			t.Fatalf("the tool's processes did not start within 30 s; toolgate said:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { syscall.Kill(grand.pid, syscall.SIGKILL); syscall.Kill(leader.pid, syscall.SIGKILL) })
+	waitForRecordedProcess(t, db, leader.pid, postgres)
+
+	must(t, cmd.Process.Signal(syscall.SIGKILL))
+	cmd.Wait()
+	deadline := time.Now().Add(time.Second)
+	for running(leader.pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool's process %d (%s) still runs a second after toolgate was killed", leader.pid, leader.cmdline)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	if postgres {
+		time.Sleep(1200 * time.Millisecond) // node a's lease expires
+		t.Setenv("TOOLGATE_NODE", "b")
+	}
+	r := toolgate(t, "", args...)
+	if running(grand.pid) {
+		t.Errorf("recovery left the tool's grandchild %d (%s) running", grand.pid, grand.cmdline)
+	}
+	if r.code != ExitAborted || !strings.Contains(r.stderr, "ROLLED_BACK") || !strings.Contains(r.stderr, "1 process it left running was killed at recovery") {
+		t.Errorf("the retry of the key: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+
+	s, err := txn.Open(db, &txn.Options{ReadOnly: true})
+	must(t, err)
+	defer s.Close()
+	recs, err := s.List(context.Background(), txn.Filter{})
+	must(t, err)
+	if len(recs) != 1 || recs[0].State != "ROLLED_BACK" || recs[0].Error == nil || recs[0].Error.Code != "interrupted" ||
+		!strings.Contains(recs[0].Error.Message, "1 process it left running was killed at recovery") || recs[0].Processes != nil {
+		for _, rec := range recs {
+			t.Logf("record %+v, error %+v", rec, rec.Error)
+		}
+		t.Fatalf("%d records: want the one interrupted attempt, saying its process was killed", len(recs))
+	}
+}
+
+// waitForRecordedProcess waits until the claim of the running execution
+// holds the process pid. A bbolt file is locked by its writer: a copy of
+// it is read.
+func waitForRecordedProcess(t *testing.T, db string, pid int, postgres bool) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i == 3000 {
+			t.Fatalf("no claim recorded process %d within 30 s", pid)
+		}
+		if i > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		path := db
+		if !postgres {
+			b, err := os.ReadFile(db)
+			if err != nil {
+				continue
+			}
+			path = filepath.Join(t.TempDir(), "copy.db")
+			must(t, os.WriteFile(path, b, 0o600))
+		}
+		s, err := txn.Open(path, &txn.Options{ReadOnly: true})
+		if err != nil {
+			continue // a torn copy
+		}
+		recs, _ := s.List(context.Background(), txn.Filter{})
+		s.Close()
+		for _, r := range recs {
+			for _, p := range r.Processes {
+				if p.Pid == pid {
+					return
+				}
+			}
+		}
+	}
+}
