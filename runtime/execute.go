@@ -49,7 +49,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	if err := r.enter(); err != nil {
 		return nil, err
 	}
-	defer r.inflight.Done()
+	defer r.leave()
 	if err := r.store.Err(); err != nil {
 		return nil, &StateError{Op: "open", Err: err} // poisoned: refuse rather than guess what is durable
 	}

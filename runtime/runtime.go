@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -49,6 +50,7 @@ type Runtime struct {
 	mu         sync.Mutex
 	closing    bool
 	inflight   sync.WaitGroup
+	running    atomic.Int64 // the invocations inflight counts
 	closedOnce sync.Once
 	closeErr   error
 }
@@ -296,8 +298,18 @@ func (r *Runtime) enter() error {
 		return ErrClosed
 	}
 	r.inflight.Add(1)
+	r.running.Add(1)
 	return nil
 }
+
+// leave ends what enter registered.
+func (r *Runtime) leave() {
+	r.running.Add(-1)
+	r.inflight.Done()
+}
+
+// Running returns how many invocations are running: what Close waits for.
+func (r *Runtime) Running() int { return int(r.running.Load()) }
 
 // Policy returns the capability policy the runtime decides under.
 func (r *Runtime) Policy() *capability.Policy { return r.policy }

@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -53,8 +58,8 @@ func running(pid int) bool {
 	return ok && p.state != 'Z' && p.state != 'X'
 }
 
-// findProc returns the running process whose command line is cmdline and
-// that matches ok, if any.
+// findProc returns the running process whose command line is cmdline
+// (its program named by its base name) and that matches ok, if any.
 func findProc(cmdline string, ok func(procInfo) bool) (procInfo, bool) {
 	d, _ := os.ReadDir("/proc")
 	for _, e := range d {
@@ -62,7 +67,7 @@ func findProc(cmdline string, ok func(procInfo) bool) (procInfo, bool) {
 		if err != nil {
 			continue
 		}
-		if p, found := readProc(pid); found && p.cmdline == cmdline && p.state != 'Z' && ok(p) {
+		if p, found := readProc(pid); found && filepath.Base(p.cmdline) == cmdline && p.state != 'Z' && ok(p) {
 			return p, true
 		}
 	}
@@ -214,5 +219,105 @@ func waitForRecordedProcess(t *testing.T, db string, pid int, postgres bool) {
 				}
 			}
 		}
+	}
+}
+
+// SIGTERM to `toolgate serve` while a call runs: the server says how many
+// running calls it waits for and for how long; at the end of the grace
+// period the call is stopped, its process killed, and its caller is told
+// in plain words why (not "canceled: closed").
+func TestServe_SIGTERMWaitsForRunningCalls(t *testing.T) {
+	dir := workdir(t)
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"gracePeriod":"1s","tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{"agent":["process.exec:sleep"]}}`), 0o600))
+	cmd := exec.Command(os.Args[0], "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket",
+		"--config", cfg, "--policy", policy, "--db", filepath.Join(dir, "state", "toolgate.db"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), asToolgate+"=1")
+	stderr, err := cmd.StderrPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var addr string
+	var said []string
+	for addr == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("toolgate serve did not start:\n%s", strings.Join(said, "\n"))
+			}
+			said = append(said, l)
+			if m := regexp.MustCompile(`serving on http://(\S+)`).FindStringSubmatch(l); m != nil {
+				addr = m[1]
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("toolgate serve did not start:\n%s", strings.Join(said, "\n"))
+		}
+	}
+
+	long := strconv.Itoa(3000 + int(time.Now().UnixNano()%1000))
+	answer := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/tools/exec_status/execute",
+			strings.NewReader(`{"input":{"command":"sleep","args":["`+long+`"]}}`))
+		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answer <- "error: " + err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answer <- string(b)
+	}()
+	var sleep procInfo
+	for i := 0; ; i++ {
+		var ok bool
+		if sleep, ok = findProc("sleep "+long, func(p procInfo) bool { return p.ppid == cmd.Process.Pid }); ok {
+			break
+		}
+		if i == 3000 {
+			t.Fatal("the tool's process did not start within 30 s")
+		}
+		select {
+		case b := <-answer:
+			t.Fatalf("the call ended before its process was seen: %s", b)
+		default:
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	var body string
+	select {
+	case body = <-answer:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer to the running call after SIGTERM")
+	}
+	for l := range lines {
+		said = append(said, l)
+	}
+	cmd.Wait()
+	log := strings.Join(said, "\n")
+	if !strings.Contains(log, "waiting up to 1s (the grace period) for 1 running call to finish") ||
+		!strings.Contains(log, "the grace period of 1s ended: stopped the calls still running") {
+		t.Errorf("serve's log does not say what it waits for:\n%s", log)
+	}
+	if strings.Contains(body, "canceled: closed") || !strings.Contains(body, "was stopped: the server shut down, and the call did not finish within the shutdown's grace period") {
+		t.Errorf("the caller's answer: %s", body)
+	}
+	if running(sleep.pid) {
+		t.Errorf("the tool's process %d still runs after the server stopped", sleep.pid)
 	}
 }
