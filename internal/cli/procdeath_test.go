@@ -107,6 +107,10 @@ func TestKill9_ProcessToolDiesWithToolgate(t *testing.T) {
 		dir := workdir(t)
 		kill9DuringExecStatus(t, dir, filepath.Join(dir, "state", "toolgate.db"), false)
 	})
+	t.Run("serve", func(t *testing.T) {
+		dir := workdir(t)
+		kill9ServeDuringExecStatus(t, dir)
+	})
 	t.Run("postgres", func(t *testing.T) {
 		base := os.Getenv("TOOLGATE_TEST_POSTGRES")
 		if base == "" {
@@ -182,6 +186,93 @@ func kill9DuringExecStatus(t *testing.T, dir, db string, postgres bool) {
 			t.Logf("record %+v, error %+v", rec, rec.Error)
 		}
 		t.Fatalf("%d records: want the one interrupted attempt, saying its process was killed", len(recs))
+	}
+}
+
+// kill9ServeDuringExecStatus is kill9DuringExecStatus with `toolgate
+// serve` running the call, and the next `toolgate run` on its database
+// recovering it.
+func kill9ServeDuringExecStatus(t *testing.T, dir string) {
+	db := filepath.Join(dir, "state", "toolgate.db")
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	policy := filepath.Join(dir, "policy.json")
+	must(t, os.WriteFile(policy, []byte(`{"version":1,"principals":{"agent":["process.exec:sh"]}}`), 0o600))
+	cmd := exec.Command(os.Args[0], "serve", "--addr", "127.0.0.1:0", "--no-request-log", "--no-local-socket",
+		"--config", cfg, "--policy", policy, "--db", db)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), asToolgate+"=1")
+	stderr, err := cmd.StderrPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	var addr string
+	for addr == "" && sc.Scan() {
+		if m := regexp.MustCompile(`serving on http://(\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("toolgate serve did not start")
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+
+	long := strconv.Itoa(3000 + int(time.Now().UnixNano()%1000))
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/tools/exec_status/execute",
+			strings.NewReader(`{"input":{"command":"sh","args":["-c","sleep `+long+`1 & exec sleep `+long+`2"]}}`))
+		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	var leader, grand procInfo
+	for i := 0; ; i++ {
+		var ok bool
+		if leader, ok = findProc("sleep "+long+"2", func(p procInfo) bool { return p.ppid == cmd.Process.Pid }); ok {
+			if grand, ok = findProc("sleep "+long+"1", func(p procInfo) bool { return p.pgid == leader.pid }); ok {
+				break
+			}
+		}
+		if i == 3000 {
+			t.Fatal("the tool's processes did not start within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() { syscall.Kill(grand.pid, syscall.SIGKILL); syscall.Kill(leader.pid, syscall.SIGKILL) })
+	waitForRecordedProcess(t, db, leader.pid, false)
+
+	must(t, cmd.Process.Signal(syscall.SIGKILL))
+	cmd.Wait()
+	deadline := time.Now().Add(time.Second)
+	for running(leader.pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool's process %d (%s) still runs a second after toolgate serve was killed", leader.pid, leader.cmdline)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// The next process to open the database recovers the call.
+	toolgate(t, "", "run", "which_command", "--db", db, "--input", `{"command":"sh"}`)
+	if running(grand.pid) {
+		t.Errorf("recovery left the tool's grandchild %d (%s) running", grand.pid, grand.cmdline)
+	}
+	s, err := txn.Open(db, &txn.Options{ReadOnly: true})
+	must(t, err)
+	defer s.Close()
+	recs, err := s.List(context.Background(), txn.Filter{ToolID: "exec_status"})
+	must(t, err)
+	if len(recs) != 1 || recs[0].State != "ROLLED_BACK" || recs[0].Error == nil || recs[0].Error.Code != "interrupted" ||
+		!strings.Contains(recs[0].Error.Message, "1 process it left running was killed at recovery") {
+		for _, rec := range recs {
+			t.Logf("record %+v, error %+v", rec, rec.Error)
+		}
+		t.Fatalf("%d records of exec_status: want the one interrupted attempt, saying its process was killed", len(recs))
 	}
 }
 
