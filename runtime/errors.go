@@ -105,7 +105,11 @@ func (e *ResourceError) Error() string {
 	if e.Err == nil {
 		return "runtime: insufficient resources: " + e.Resource
 	}
-	return fmt.Sprintf("runtime: %s: %v", e.Resource, strings.TrimPrefix(e.Err.Error(), "tools: "))
+	msg := strings.TrimPrefix(e.Err.Error(), "tools: ")
+	if strings.HasPrefix(msg, e.Resource+" ") {
+		return "runtime: " + msg // "file_size_limit exceeded: ...", said once
+	}
+	return fmt.Sprintf("runtime: %s: %v", e.Resource, msg)
 }
 func (e *ResourceError) Unwrap() error        { return e.Err }
 func (e *ResourceError) Is(target error) bool { return target == ErrResource }

@@ -117,7 +117,7 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	s := fmt.Sprintf("tools: %s exceeded: %d > %d bytes", e.Limit, e.Got, e.Max)
+	s := fmt.Sprintf("tools: %s exceeded: %d bytes, more than the limit of %d bytes", e.Limit, e.Got, e.Max)
 	if e.Got < 0 {
 		s = fmt.Sprintf("tools: %s exceeded (limit %d bytes)", e.Limit, e.Max)
 	}

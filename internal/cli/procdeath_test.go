@@ -412,3 +412,13 @@ func TestServe_SIGTERMWaitsForRunningCalls(t *testing.T) {
 		t.Errorf("the tool's process %d still runs after the server stopped", sleep.pid)
 	}
 }
+
+// A limit's error names the limit once, and says the sizes in words.
+func TestRun_FileSizeLimitSaidOnce(t *testing.T) {
+	workdir(t)
+	r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"big.txt"}`)
+	if r.code != ExitAborted || strings.Contains(r.stderr, "file_size_limit: file_size_limit") ||
+		!strings.Contains(r.stderr, "file_size_limit exceeded: 1048577 bytes, more than the limit of 1048576 bytes") {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+}
