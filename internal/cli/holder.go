@@ -134,8 +134,12 @@ func heldBy(err error) *heldError {
 }
 
 // lockedErr is the error of a command that found the database at path
-// locked by another process (err wraps txn.ErrLocked).
-func (g *globals) lockedErr(path string, readOnly bool) error {
+// locked by another process (err wraps txn.ErrLocked). On Postgres the
+// lock is a node's lease, and err says whose: it is the message.
+func (g *globals) lockedErr(path string, readOnly bool, err error) error {
+	if txn.IsPostgresURL(path) {
+		return &exitError{code: ExitInternal, err: err}
+	}
 	e := &heldError{path: txn.ShownPath(path), holder: txn.ReadHolder(path), waited: g.wait, command: g.commandPath(), readOnly: readOnly}
 	return &exitError{code: ExitInternal, err: e}
 }
@@ -191,7 +195,7 @@ func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.
 	})
 	switch {
 	case errors.Is(err, txn.ErrLocked):
-		return nil, g.lockedErr(path, false)
+		return nil, g.lockedErr(path, false, err)
 	case err != nil:
 		return nil, internalErr(err)
 	}
@@ -211,7 +215,7 @@ func (g *globals) openShared(path string) (*txn.Store, error) {
 		return err
 	})
 	if errors.Is(err, txn.ErrLocked) {
-		return nil, g.lockedErr(path, true)
+		return nil, g.lockedErr(path, true, err)
 	}
 	return store, err
 }

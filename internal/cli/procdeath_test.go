@@ -422,3 +422,29 @@ func TestRun_FileSizeLimitSaidOnce(t *testing.T) {
 		t.Errorf("exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// A second node started under the name of a running node is told so, by
+// `run` and `serve` alike: the lease's sentence, not the file lock's.
+func TestPostgres_SameNodeNameSaysWhoRuns(t *testing.T) {
+	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
+	if base == "" {
+		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestPostgres_SameNodeNameSaysWhoRuns ./internal/cli")
+	}
+	dir := workdir(t)
+	db := freshPostgresDB(t, base)
+	node, err := txn.Open(db, &txn.Options{Node: "a"})
+	must(t, err)
+	defer node.Close()
+	t.Setenv("TOOLGATE_NODE", "a")
+	cfg := filepath.Join(dir, "server.json")
+	must(t, os.WriteFile(cfg, []byte(`{"tokens":[{"principal":"agent","sha256":"`+server.HashToken("tok")+`"}]}`), 0o600))
+	for _, args := range [][]string{
+		{"run", "which_command", "--db", db, "--input", `{"command":"sh"}`},
+		{"serve", "--config", cfg, "--db", db, "--addr", "127.0.0.1:0", "--no-ui", "--no-local-socket"},
+	} {
+		r := toolgate(t, "", args...)
+		if r.code != ExitInternal || !strings.Contains(r.stderr, "node a is running") || strings.Contains(r.stderr, "did not record itself") {
+			t.Errorf("%s: exit %d\n%s", args[0], r.code, r.stderr)
+		}
+	}
+}
