@@ -27,6 +27,12 @@ var (
 	// not understand, such as a newer format version.
 	ErrIncompatible = errors.New("txn: incompatible database format")
 
+	// ErrNoSchema reports a read-only open of a Postgres database that holds
+	// no toolgate schema yet: a new, empty database, whose first write
+	// creates it. It also matches ErrIncompatible, as it did before it
+	// existed.
+	ErrNoSchema = errors.New("txn: no toolgate schema in this database")
+
 	// ErrReadOnly reports a write to a Store opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("txn: store is read-only")
 
@@ -55,3 +61,14 @@ var (
 	// read was changed by another commit before this one.
 	ErrConflict = errors.New("txn: conflict")
 )
+
+// noSchemaError is the error of ErrNoSchema.
+type noSchemaError struct{ shown string }
+
+func (e *noSchemaError) Error() string {
+	return "txn: " + e.shown + ": no toolgate schema in this database yet: it is empty (the first write, toolgate run or serve, creates it)"
+}
+
+func (e *noSchemaError) Is(target error) bool {
+	return target == ErrNoSchema || target == ErrIncompatible
+}

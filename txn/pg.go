@@ -252,7 +252,7 @@ func (p *pgStore) checkSchema(ctx context.Context, shown string) error {
 	case err != nil:
 		return fmt.Errorf("txn: %s: read the schema version: %v", shown, pgMessage(err))
 	case v == 0:
-		return fmt.Errorf("%w: %s: no toolgate schema in this database (the first write, toolgate run or serve, creates it)", ErrIncompatible, shown)
+		return &noSchemaError{shown}
 	case v > pgSchemaVersion:
 		return newerSchema(shown, v)
 	case v < pgSchemaVersion:

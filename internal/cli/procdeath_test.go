@@ -448,3 +448,21 @@ func TestPostgres_SameNodeNameSaysWhoRuns(t *testing.T) {
 		}
 	}
 }
+
+// doctor on a new, empty Postgres database: its normal first state, said
+// so, and exit 0; the read commands see it as empty.
+func TestDoctor_EmptyPostgresIsFine(t *testing.T) {
+	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
+	if base == "" {
+		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestDoctor_EmptyPostgresIsFine ./internal/cli")
+	}
+	workdir(t)
+	db := freshPostgresDB(t, base)
+	rep, r := doctor(t, "--db", db)
+	if d := databaseCheck(t, rep); r.code != ExitCompleted || !rep.OK || !strings.Contains(d, "empty: no toolgate schema yet; the first toolgate run or serve creates it") {
+		t.Errorf("doctor: exit %d, database check %q\n%s", r.code, d, r.stdout)
+	}
+	if r := toolgate(t, "", "executions", "--db", db); r.code != ExitCompleted || strings.Contains(r.stderr, "incompatible") {
+		t.Errorf("executions: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
