@@ -82,6 +82,11 @@ func TestIntent_SignedApprovals(t *testing.T) {
 	if r.code != ExitVerify || !strings.Contains(r.stdout, id2) || !strings.Contains(r.stdout, "signature") {
 		t.Fatalf("audit verify under the keyed policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// An unsigned approval is named as what it is, not as a change outside toolgate.
+	if !strings.Contains(r.stderr, "1 approval is not signed by a key the policy lists for its approver: it was made without a signature") ||
+		strings.Contains(r.stderr, "changed outside toolgate") || strings.Contains(r.stdout, "changed outside toolgate") {
+		t.Errorf("audit verify under the keyed policy says:\n%s%s", r.stdout, r.stderr)
+	}
 	if r := toolgate(t, "", "audit", "verify"); r.code != ExitCompleted {
 		t.Fatalf("audit verify without the policy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -196,7 +196,8 @@ type recordsJSON struct {
 	Executions    int                     `json:"executions"`
 	Intents       int                     `json:"intents"`
 	Discrepancy   int                     `json:"discrepancies"`
-	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"` // the first maxListedDiscrepancies
+	Unsigned      int                     `json:"unsigned,omitempty"` // of them, approvals no key the policy lists signed
+	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"`    // the first maxListedDiscrepancies
 }
 
 // maxListedDiscrepancies bounds the discrepancies --json lists (all are
@@ -207,8 +208,18 @@ func (r *recordsJSON) failed() error {
 	if r.Discrepancy == 0 {
 		return nil
 	}
-	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s do not match the audit log: they were changed outside toolgate",
-		plural(r.Discrepancy, "stored record field"))}
+	var says []string
+	if changed := r.Discrepancy - r.Unsigned; changed == 1 {
+		says = append(says, "1 stored record field does not match the audit log: it was changed outside toolgate")
+	} else if changed > 1 {
+		says = append(says, fmt.Sprintf("%d stored record fields do not match the audit log: they were changed outside toolgate", changed))
+	}
+	if r.Unsigned == 1 {
+		says = append(says, "1 approval is not signed by a key the policy lists for its approver: it was made without a signature (before the keys were listed, or without a listed key), or forged; it does not run under this policy")
+	} else if r.Unsigned > 1 {
+		says = append(says, fmt.Sprintf("%d approvals are not signed by a key the policy lists for their approvers: they were made without a signature (before the keys were listed, or without a listed key), or forged; they do not run under this policy", r.Unsigned))
+	}
+	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s", strings.Join(says, "; "))}
 }
 
 // verifyRecords checks every execution record and intent against the audit
@@ -228,6 +239,9 @@ func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*r
 		return nil, err
 	}
 	rep, err := tgruntime.VerifyRecordsUnder(ctx, store, policy, func(d tgruntime.Discrepancy) error {
+		if d.Kind == "intent" && d.Field == "signature" {
+			out.Unsigned++
+		}
 		if print {
 			fmt.Fprintf(stdio.Out, "%s %s: %s: %s\n", clean(d.Kind), clean(d.ID), clean(d.Field), clean(d.Detail))
 		} else if len(out.Discrepancies) < maxListedDiscrepancies {
