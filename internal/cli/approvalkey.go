@@ -103,7 +103,13 @@ key is never overwritten: its public half is printed again.
 				fmt.Fprintf(stdio.Err, "%s exists; its public key:\n", path)
 			}
 			fmt.Fprintln(stdio.Out, pub)
-			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n", principal(), pub)
+			// The approver it signs for is the principal the approvals name:
+			// 'intent approve --approver NAME', or the token's principal of a
+			// server's approver, whose key signs for all ("*").
+			name := key.Verifier().Name()
+			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n"+
+				"(%s approves with 'toolgate intent approve ID --approver %s'; a key of 'toolgate serve' or 'toolgate mcp' signs for every approver: list it under \"*\")\n",
+				name, pub, name, name)
 			return nil
 		},
 	}

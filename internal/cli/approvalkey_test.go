@@ -22,6 +22,10 @@ func TestIntent_SignedApprovals(t *testing.T) {
 	if r.code != ExitCompleted || !strings.HasPrefix(pub, "alice+") || !strings.Contains(r.stderr, "approvalKeys") {
 		t.Fatalf("keygen: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// The suggested line lists the key for the approver who signs with it.
+	if !strings.Contains(r.stderr, `"approvalKeys": {"alice": ["`+pub+`"]}`) || strings.Contains(r.stderr, `"cli:`) {
+		t.Errorf("keygen suggests:\n%s", r.stderr)
+	}
 	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the key file: %v, %v", fi, err)
 	}
