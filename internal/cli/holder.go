@@ -199,7 +199,7 @@ func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.
 	case err != nil:
 		return nil, internalErr(err)
 	}
-	if g.addr != "" && !txn.IsPostgresURL(path) {
+	if (g.addr != "" || g.api != "") && !txn.IsPostgresURL(path) {
 		_ = txn.SetHolderAddr(path, g.addr, g.api) // only the message of others depends on it
 	}
 	return rt, nil
