@@ -466,3 +466,33 @@ func TestDoctor_EmptyPostgresIsFine(t *testing.T) {
 		t.Errorf("executions: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// describe says whether a tool runs only as an approved intent; tools says
+// what each version of a tool changed, so two versions never read alike.
+func TestTools_DescribeApprovalAndVersions(t *testing.T) {
+	workdir(t)
+	must(t, os.WriteFile("reg.yaml", []byte(approvalRegistry), 0o600))
+	r := toolgate(t, "", "--registry", "reg.yaml", "describe", "test.hello")
+	if r.code != ExitCompleted || !strings.Contains(r.stdout, "Requires approval:     yes: it runs only as an approved intent") {
+		t.Errorf("describe test.hello: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := toolgate(t, "", "describe", "file.read"); !strings.Contains(r.stdout, "Requires approval:     no") {
+		t.Errorf("describe file.read:\n%s", r.stdout)
+	}
+	r = toolgate(t, "", "tools")
+	seen := map[string]string{} // tool: description -> version
+	for line := range strings.Lines(r.stdout) {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[0] == "TOOL" {
+			continue
+		}
+		desc := strings.Join(f[3:], " ")
+		if v, ok := seen[f[0]+": "+desc]; ok {
+			t.Errorf("%s %s and %s read alike: %s", f[0], v, f[1], desc)
+		}
+		seen[f[0]+": "+desc] = f[1]
+	}
+	if !strings.Contains(r.stdout, "any UTF-8 path without control characters (1.1.0 took ASCII letters, digits and /_.- only)") {
+		t.Errorf("tools does not say what file.read 1.2.0 changed:\n%s", r.stdout)
+	}
+}
