@@ -283,14 +283,18 @@ func newRoot(stdio Stdio) (*cobra.Command, *globals) {
 		Long: `toolgate executes tools under RFC-0001. Every invocation is validated against the
 tool's schema, authorized against the capabilities granted to it (nothing by
 default), executed inside a state transaction with a deadline, and recorded
-with every lifecycle transition in a bbolt database.
-
-` + exitCodesHelp,
+with every lifecycle transition in a bbolt database.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(debug.ReadBuildInfo()),
 	}
 	root.SetVersionTemplate("toolgate {{.Version}}\n")
+	// The commands first, then the exit codes (the root's only: the other
+	// commands' help inherits this template and has its own list).
+	root.SetHelpTemplate(`{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}{{if not .HasParent}}
+` + exitCodesHelp + "\n{{end}}")
 	root.PersistentFlags().StringVar(&g.db, "db", "", "database: a file, or a postgres:// URL (default $TOOLGATE_DB, else toolgate.db in the user's state directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.PersistentFlags().StringVar(&g.policyPath, "policy", "", "capability policy file (default $TOOLGATE_POLICY; none: nothing is granted but --allow)")

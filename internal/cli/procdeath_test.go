@@ -496,3 +496,31 @@ func TestTools_DescribeApprovalAndVersions(t *testing.T) {
 		t.Errorf("tools does not say what file.read 1.2.0 changed:\n%s", r.stdout)
 	}
 }
+
+// The top-level help lists the commands before the exit codes; serve's
+// help has a config file to start from, as serve without one says.
+func TestHelp_CommandsFirstAndServeExample(t *testing.T) {
+	workdir(t)
+	r := toolgate(t, "", "--help")
+	cmds, codes := strings.Index(r.stdout, "Available Commands:"), strings.Index(r.stdout, "Exit codes:")
+	if r.code != 0 || cmds < 0 || codes < 0 || cmds > codes || strings.Count(r.stdout[:cmds], "\n") > 10 {
+		t.Errorf("toolgate --help: the commands are not first:\n%s", r.stdout)
+	}
+	r = toolgate(t, "", "serve")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, "example in 'toolgate serve --help'") {
+		t.Errorf("serve without --config: exit %d\n%s", r.code, r.stderr)
+	}
+	r = toolgate(t, "", "serve", "--help")
+	if !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, `{"tokens": [{"principal": "agent-1", "sha256": `) ||
+		!strings.Contains(r.stdout, "toolgate serve --hash-token") {
+		t.Errorf("serve --help has no config example:\n%s", r.stdout)
+	}
+	// The example's config loads as it is, once it has its hashes.
+	_, example, _ := strings.Cut(r.stdout, "<<'EOF'\n")
+	example, _, _ = strings.Cut(example, "  EOF\n")
+	example = strings.ReplaceAll(strings.ReplaceAll(example, "<the hex SHA-256>", server.HashToken("a")), "<...>", server.HashToken("b"))
+	must(t, os.WriteFile("example.json", []byte(example), 0o600))
+	if _, err := server.LoadConfig("example.json"); err != nil {
+		t.Errorf("the example config does not load: %v\n%s", err, example)
+	}
+}
