@@ -326,16 +326,18 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 	k.started(pid)
 	if setupErr != nil {
 		k.kill("setup", 0, "")
-	} else if spec.OnStart != nil {
-		if id, err := identify(pid, abs, cg); err == nil {
-			spec.OnStart(id)
-		}
 	}
 	var wd *watchdog
 	if (memory == MemoryPrlimit || memory == MemoryWatchdog) && setupErr == nil {
 		wd = startWatchdog(pid, spec.MaxMemory, r.opts.WatchdogInterval, func(rss int64) {
 			k.kill(LimitMemory, spec.MaxMemory, fmt.Sprintf("the watchdog saw the process group's resident memory at %d bytes and killed it", rss))
 		})
+	}
+	if spec.OnStart != nil && setupErr == nil {
+		// After the watchdog: a slow record does not delay the limits.
+		if id, err := identify(pid, abs, cg); err == nil {
+			spec.OnStart(id)
+		}
 	}
 
 	// Wait for the leader to exit without reaping it, so its pid, which is
