@@ -53,6 +53,12 @@ func (pr *procRecord) store() {
 	}
 }
 
+// reapOutcome is what reapLeftovers found of one recorded process.
+type reapOutcome struct {
+	tools.ProcessLeftover
+	failed string // why it could not be checked, "" if it was
+}
+
 // reapKey names one recorded process.
 type reapKey struct {
 	pid   int
@@ -71,20 +77,24 @@ func (r *Runtime) reapLeftovers(rec *txn.Record) string {
 	for _, p := range rec.Processes {
 		k := reapKey{p.Pid, p.StartTime, p.BootID}
 		r.reapMu.Lock()
-		l, ok := r.reaped[k]
+		o, ok := r.reaped[k]
 		if !ok {
 			var err error
-			l, err = tools.ReapProcess(tools.RunningProcess{Pid: p.Pid, StartTime: p.StartTime, Session: p.Session,
+			o.ProcessLeftover, err = tools.ReapProcess(tools.RunningProcess{Pid: p.Pid, StartTime: p.StartTime, Session: p.Session,
 				BootID: p.BootID, Host: p.Host, Cgroup: p.Cgroup, Path: p.Command})
 			if err != nil {
-				failed = append(failed, fmt.Sprintf("%s (pid %d): %v", p.Command, p.Pid, err))
+				o.failed = Message(err)
 			}
 			if r.reaped == nil {
-				r.reaped = map[reapKey]tools.ProcessLeftover{}
+				r.reaped = map[reapKey]reapOutcome{}
 			}
-			r.reaped[k] = l
+			r.reaped[k] = o
 		}
 		r.reapMu.Unlock()
+		l := o.ProcessLeftover
+		if o.failed != "" {
+			failed = append(failed, fmt.Sprintf("%s (pid %d): %s", p.Command, p.Pid, o.failed))
+		}
 		killed += l.Killed
 		remaining += l.Remaining
 		if l.Unchecked != "" {

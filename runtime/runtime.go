@@ -36,7 +36,7 @@ type Runtime struct {
 	// reaped is what recovery found of the processes interrupted
 	// executions left running (reapLeftovers).
 	reapMu sync.Mutex
-	reaped map[reapKey]tools.ProcessLeftover
+	reaped map[reapKey]reapOutcome
 
 	skipStagedApply bool // tests: stop as a crash would, between the commit and the renames
 	pool            *workers

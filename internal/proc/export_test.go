@@ -8,6 +8,3 @@ func DisableEnforcement(r *Runner) {
 	r.caps.CgroupMemory = Support{Detail: "disabled by the test"}
 	r.caps.Prlimit = Support{Detail: "disabled by the test"}
 }
-
-// Identify returns the identity of a child that has not been reaped.
-func Identify(pid int) (Identity, error) { return identify(pid, "", nil) }

@@ -41,6 +41,10 @@ var bootID = sync.OnceValue(func() string {
 	return strings.TrimSpace(string(b))
 })
 
+// Identify returns the identity of the process pid, for a process started
+// otherwise than by Run (Run gives it to Spec.OnStart).
+func Identify(pid int) (Identity, error) { return identify(pid, "", nil) }
+
 // identify returns the identity of the child pid, which has not been
 // reaped (a zombie still has its /proc entry).
 func identify(pid int, path string, cg *cgroup) (Identity, error) {
@@ -129,7 +133,7 @@ func Reap(id Identity) (Leftover, error) {
 		if id.Host != "" && id.Host == host {
 			return Leftover{}, nil // this machine, restarted since: nothing of the run is left
 		}
-		return Leftover{Unchecked: fmt.Sprintf("it ran on host %q, not this one (%q), and cannot be checked from here", id.Host, host)}, nil
+		return Leftover{Unchecked: fmt.Sprintf("ran on host %q, not this one (%q), and cannot be checked from here", id.Host, host)}, nil
 	}
 	var out Leftover
 	if id.Cgroup != "" {
