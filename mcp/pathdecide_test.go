@@ -2,6 +2,8 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,7 +33,11 @@ func TestApproval_PathDecidedAsTheRun(t *testing.T) {
 	d := fw.Declaration()
 	d.ID, d.RequiresApproval = "test.write", true // file.write, approved first
 	reg := tools.NewRegistry()
-	if err := reg.Register(tools.NewRaw(d, fw.Execute)); err != nil {
+	// The body never runs here: the call is decided, then DENIED or proposed.
+	notRun := func(context.Context, *tools.Env, json.RawMessage) (json.RawMessage, error) {
+		return nil, errors.New("not run in this test")
+	}
+	if err := reg.Register(tools.NewRaw(d, notRun)); err != nil {
 		t.Fatal(err)
 	}
 	reg.Freeze()

@@ -75,7 +75,7 @@ func (a approverKeys) trusted(decision *audit.Event) string {
 	key, err := audit.VerifyDecision(decision)
 	switch {
 	case errors.Is(err, audit.ErrUnsigned):
-		return fmt.Sprintf("its approval by %s is not signed, and the policy requires approvals signed by a key it lists", decision.UserID)
+		return fmt.Sprintf("its approval by %s is not signed, and the policy requires approvals signed by a key it lists: it was approved without a signature (before the policy listed approval keys, or by someone without a listed key), or forged", decision.UserID)
 	case err != nil:
 		return "its approval's signature does not verify (" + Message(err) + ")"
 	case !a.listed(key, decision.UserID):

@@ -141,6 +141,8 @@ func (e *ExecutionError) Error() string {
 	switch {
 	case e.Panic != nil:
 		return fmt.Sprintf("runtime: %s panicked: %v", e.Tool, e.Panic)
+	case e.Canceled && errors.Is(e.Err, ErrClosed):
+		return fmt.Sprintf("runtime: %s was stopped: the server shut down, and the call did not finish within the shutdown's grace period", e.Tool)
 	case e.Canceled:
 		return fmt.Sprintf("runtime: %s canceled: %v", e.Tool, e.Err)
 	}

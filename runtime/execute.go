@@ -49,7 +49,7 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 	if err := r.enter(); err != nil {
 		return nil, err
 	}
-	defer r.inflight.Done()
+	defer r.leave()
 	if err := r.store.Err(); err != nil {
 		return nil, &StateError{Op: "open", Err: err} // poisoned: refuse rather than guess what is durable
 	}
@@ -530,6 +530,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		OnProcess:   c.r.procs.observer(c.decl.ID),
 		Stager:      c.stage,
 	}
+	env.OnProcessStart = (&procRecord{r: c.r, tx: tx, tool: c.decl.ID}).started
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block

@@ -170,7 +170,7 @@ func (r *Runtime) Propose(ctx context.Context, inv Invocation) (*Intent, error) 
 	if err := r.enter(); err != nil {
 		return nil, err
 	}
-	defer r.inflight.Done()
+	defer r.leave()
 	entry, err := r.reg.Lookup(inv.Tool, inv.Version)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
@@ -351,7 +351,7 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if err := r.enter(); err != nil {
 		return nil, err
 	}
-	defer r.inflight.Done()
+	defer r.leave()
 	if !uuid.Valid(id) {
 		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "not a lowercase UUID v4"}
 	}

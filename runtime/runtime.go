@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
@@ -32,6 +33,10 @@ type Runtime struct {
 	// maxConcurrent.
 	toolSlots map[string]chan struct{}
 	procs     *procMetrics // nil without a MeterProvider
+	// reaped is what recovery found of the processes interrupted
+	// executions left running (reapLeftovers).
+	reapMu sync.Mutex
+	reaped map[reapKey]reapOutcome
 
 	skipStagedApply bool // tests: stop as a crash would, between the commit and the renames
 	pool            *workers
@@ -45,6 +50,7 @@ type Runtime struct {
 	mu         sync.Mutex
 	closing    bool
 	inflight   sync.WaitGroup
+	running    atomic.Int64 // the invocations inflight counts
 	closedOnce sync.Once
 	closeErr   error
 }
@@ -183,16 +189,24 @@ func Open(path string, opts *Options) (*Runtime, error) {
 // again.
 func (r *Runtime) interrupted(at time.Time, key string) func(*txn.Record) ([]txn.AuditEvent, error) {
 	return func(rec *txn.Record) ([]txn.AuditEvent, error) {
+		// What the tool's processes left running is killed before the
+		// record says the attempt stopped.
+		left := r.reapLeftovers(rec)
+		rec.Processes = nil
+		reason := "interrupted: the process ended during execution; its writes never reached the database"
+		message := "execution interrupted: the process ended while the tool ran; it was not run again"
+		if left != "" {
+			reason += "; " + left
+			message += "; " + left
+		}
 		added := []lifecycle.Transition{
 			{From: lifecycle.Executing, To: lifecycle.Aborted, Event: lifecycle.EventAbort, At: at, Reason: "interrupted"},
-			{From: lifecycle.Aborted, To: lifecycle.RolledBack, Event: lifecycle.EventRollback, At: at,
-				Reason: "interrupted: the process ended during execution; its writes never reached the database"},
+			{From: lifecycle.Aborted, To: lifecycle.RolledBack, Event: lifecycle.EventRollback, At: at, Reason: reason},
 		}
 		rec.Transitions = append(rec.Transitions, transitions(added)...)
 		rec.State = string(lifecycle.RolledBack)
 		rec.EndedAt = at
-		info := &ErrorInfo{Type: "ExecutionError", Code: "interrupted",
-			Message: "execution interrupted: the process ended while the tool ran; it was not run again"}
+		info := &ErrorInfo{Type: "ExecutionError", Code: "interrupted", Message: message}
 		rec.Error = &txn.ErrorInfo{Type: info.Type, Code: info.Code, Message: info.Message}
 		rec.WriteSet = &txn.WriteSetSummary{}
 		return auditEvents(&r.ids, rec, added, 0, rec.StartedAt, info, eventExtras{idemKey: key}, nil), nil
@@ -284,8 +298,18 @@ func (r *Runtime) enter() error {
 		return ErrClosed
 	}
 	r.inflight.Add(1)
+	r.running.Add(1)
 	return nil
 }
+
+// leave ends what enter registered.
+func (r *Runtime) leave() {
+	r.running.Add(-1)
+	r.inflight.Done()
+}
+
+// Running returns how many invocations are running: what Close waits for.
+func (r *Runtime) Running() int { return int(r.running.Load()) }
 
 // Policy returns the capability policy the runtime decides under.
 func (r *Runtime) Policy() *capability.Policy { return r.policy }

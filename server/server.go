@@ -237,10 +237,28 @@ func (s *Server) Shutdown(hs *http.Server) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	grace, cancel := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod))
+	period := time.Duration(s.cfg.GracePeriod)
+	grace, cancel := context.WithTimeout(context.Background(), period)
 	defer cancel()
+	n := s.rt.Running()
+	if n > 0 {
+		s.log.LogAttrs(context.Background(), slog.LevelInfo,
+			fmt.Sprintf("shutting down: waiting up to %v (the grace period) for %s to finish; those still running then are stopped and recorded as aborted", period, calls(n)),
+			slog.Int("running", n), slog.Duration("gracePeriod", period))
+	}
 	closed := make(chan error, 1)
-	go func() { closed <- s.rt.Close(grace) }()
+	go func() {
+		start := time.Now()
+		err := s.rt.Close(grace)
+		if errors.Is(err, context.DeadlineExceeded) {
+			s.log.LogAttrs(context.Background(), slog.LevelWarn,
+				fmt.Sprintf("shutting down: the grace period of %v ended: stopped the calls still running (recorded ABORTED, then ROLLED_BACK)", period))
+		} else if n > 0 {
+			d := time.Since(start)
+			s.log.LogAttrs(context.Background(), slog.LevelInfo, fmt.Sprintf("shutting down: the running calls finished in %v", d.Round(time.Millisecond)))
+		}
+		closed <- err
+	}()
 	// hs waits past the grace period: the aborted invocations' handlers
 	// still have to write their answers.
 	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod)+answerDrain)
@@ -1070,4 +1088,12 @@ func recoverer(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// calls says "1 running call" or "N running calls".
+func calls(n int) string {
+	if n == 1 {
+		return "1 running call"
+	}
+	return strconv.Itoa(n) + " running calls"
 }

@@ -52,6 +52,14 @@ type Env struct {
 	// OnProcess, when set, is called with the result of every process Run
 	// started (the runtime records their resource usage as metrics).
 	OnProcess func(*ProcessResult)
+	// OnProcessStart, when set, is called once a process Run started is
+	// running, with what names it for a later recovery, before Run waits
+	// for it; the function it returns, if not nil, is called when the
+	// process and its group have ended. The runtime records the process in
+	// the execution's claim, so that after a crash the recovery kills what
+	// is left of it (ReapProcess) before it records the attempt as
+	// interrupted.
+	OnProcessStart func(RunningProcess) (ended func())
 
 	mu     sync.Mutex
 	places map[string]*place

@@ -60,6 +60,16 @@ func FileRead12() Tool {
 // file.read@1.1.0, file.list@1.0.0 and file.write@1.0.0 its ASCII set.
 const PathSchema = `^[^\x00-\x1f\x7f-\x9f]+$`
 
+// pathNote says, in the description of a file tool, what its version
+// changed: ascii is the version whose paths are ASCII letters, digits and
+// /_.- only, utf8 the next, which takes any UTF-8 name.
+func pathNote(version, ascii, utf8 string) string {
+	if version == ascii {
+		return "; paths of ASCII letters, digits and /_.- only (" + utf8 + " takes any UTF-8 name)"
+	}
+	return "; any UTF-8 path without control characters (" + ascii + " took ASCII letters, digits and /_.- only)"
+}
+
 // pathProperty is the path property of the default file tool versions.
 func pathProperty(desc string) string {
 	pattern, _ := json.Marshal(PathSchema)
@@ -71,7 +81,7 @@ func fileReadRange(version, pathProp string) Tool {
 		ID:          "file.read",
 		Version:     version,
 		Name:        "File Reader",
-		Description: "Reads file contents from filesystem, whole or from an offset up to a limit",
+		Description: "Reads file contents from filesystem, whole or from an offset up to a limit" + pathNote(version, "1.1.0", "1.2.0"),
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
@@ -205,7 +215,7 @@ func fileList(version, pathProp string) Tool {
 		ID:          "file.list",
 		Version:     version,
 		Name:        "Directory Lister",
-		Description: "Lists the entries of a directory, optionally recursively, without following symbolic links",
+		Description: "Lists the entries of a directory, optionally recursively, without following symbolic links" + pathNote(version, "1.0.0", "1.1.0"),
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
@@ -331,7 +341,7 @@ func fileWrite(version, pathProp string) Tool {
 		ID:          "file.write",
 		Version:     version,
 		Name:        "File Writer",
-		Description: "Writes a text file, creating or replacing it when the invocation commits; a failed invocation changes nothing",
+		Description: "Writes a text file, creating or replacing it when the invocation commits; a failed invocation changes nothing" + pathNote(version, "1.0.0", "1.1.0"),
 		InputSchema: json.RawMessage(`{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",

@@ -207,7 +207,14 @@ func (e *Env) Run(ctx context.Context, c Command) (*ProcessResult, error) {
 	if oc, ok := ctx.Value(outputCounterKey{}).(*OutputCounter); ok {
 		spec.OnOutput = func(n int) { oc.n.Add(int64(n)) }
 	}
+	var ended func()
+	if e.OnProcessStart != nil {
+		spec.OnStart = func(id proc.Identity) { ended = e.OnProcessStart(RunningProcess(id)) }
+	}
 	pr, err := r.Run(ctx, spec)
+	if ended != nil {
+		ended()
+	}
 	if pr == nil {
 		return nil, processError(c.Name, err)
 	}
@@ -363,4 +370,39 @@ func processError(name string, err error) error {
 		return &ProcessError{Kind: "canceled", Command: name, Err: err}
 	}
 	return &ProcessError{Kind: "launch_failed", Command: name, Err: err}
+}
+
+// RunningProcess names a process Env.Run started so that another process
+// of ours, after a crash, finds what is left of it, and only that: the pid
+// (also the id of the process group the process leads), its start time in
+// clock ticks after boot (field 22 of /proc/<pid>/stat), its session, the
+// boot id and host name of the machine, its own cgroup if it has one, and
+// the program.
+type RunningProcess struct {
+	Pid       int
+	StartTime uint64
+	Session   int
+	BootID    string
+	Host      string
+	Cgroup    string
+	Path      string
+}
+
+// ProcessLeftover is what ReapProcess found of a process.
+type ProcessLeftover struct {
+	Killed    int    // processes of its group (or cgroup) still running, killed with SIGKILL
+	Remaining int    // of those, how many were still there a second later
+	Unchecked string // why it could not be checked from here (another machine), "" if it was
+}
+
+// ReapProcess kills what is left of a process that a crashed process of
+// ours started: its process group, or its cgroup. It never signals another
+// process: one whose pid was reused has another start time, and a process
+// of another boot or machine is not signaled (ProcessLeftover.Unchecked
+// says so for another machine). The direct child is normally gone already:
+// it gets SIGKILL when the process that started it dies. What its group
+// started is what this finds.
+func ReapProcess(p RunningProcess) (ProcessLeftover, error) {
+	l, err := proc.Reap(proc.Identity(p))
+	return ProcessLeftover(l), err
 }

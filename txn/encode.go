@@ -18,12 +18,16 @@ import (
 //	           uvarint(len(Transitions)+1, or 0 for nil) transition*
 //	           strs(Capabilities) str(InputHash) bytes(Output) str(OutputHash)
 //	           opt(ErrorInfo) opt(WriteSetSummary) strs(AuditEvents)
-//	           time(StartedAt) time(EndedAt) [token]
-//	token    = str(Issuer) str(Subject) str(SHA256): present exactly when
-//	           the tag is 0x02, a record with a Token (records written
-//	           before tokens have the tag 0x01 and end at EndedAt, and
-//	           still decode; a record of either tag that is cut short or
-//	           runs on is refused)
+//	           time(StartedAt) time(EndedAt) [more]
+//	more     = opt(token) opt(procs): present exactly when the tag is 0x02,
+//	           a record with a Token or Processes; records without either
+//	           have the tag 0x01 and end at EndedAt, as every record written
+//	           before them did, and still decode. A record of either tag cut
+//	           short or running on is refused.
+//	token    = str(Issuer) str(Subject) str(SHA256)
+//	procs    = uvarint(n) process*
+//	process  = varint(Pid) uvarint(StartTime) varint(Session) str(BootID)
+//	           str(Host) str(Cgroup) str(Command)
 //	transition = str(From) str(To) str(Event) time(At) str(Reason)
 //	str      = uvarint(n<<2 | kind) ...: kind 0: n bytes, the string as is;
 //	           kind 1 (n = 0): the 16 bytes of a UUID in its canonical
@@ -42,8 +46,8 @@ import (
 // json.Marshal writes a RawMessage. Unlike JSON, strings are kept byte for
 // byte, even when they are not valid UTF-8.
 const (
-	recordTag      = 0x01
-	recordTagToken = 0x02 // a record with a Token, stored after EndedAt
+	recordTag     = 0x01
+	recordTagMore = 0x02 // a record with a Token or Processes, stored after EndedAt
 )
 
 // EncodeRecord returns the stored form of r, exactly as Begin, Put, Commit
@@ -57,8 +61,8 @@ func EncodeRecord(r *Record) ([]byte, error) { return encodeRecord(r) }
 // with a zone offset of a day or more (json.Marshal refuses them, so such a
 // record could not be shown).
 func appendRecord(b []byte, r *Record) ([]byte, error) {
-	if r.Token != nil {
-		b = append(b, recordTagToken)
+	if hasMore(r) {
+		b = append(b, recordTagMore)
 	} else {
 		b = append(b, recordTag)
 	}
@@ -126,13 +130,37 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	if b, err = appendTime(b, r.EndedAt); err != nil {
 		return nil, err
 	}
-	if tk := r.Token; tk != nil {
-		b = appendStr(b, tk.Issuer)
-		b = appendStr(b, tk.Subject)
-		b = appendStr(b, tk.SHA256)
+	if hasMore(r) {
+		if tk := r.Token; tk != nil {
+			b = append(b, 1)
+			b = appendStr(b, tk.Issuer)
+			b = appendStr(b, tk.Subject)
+			b = appendStr(b, tk.SHA256)
+		} else {
+			b = append(b, 0)
+		}
+		if len(r.Processes) > 0 {
+			b = append(b, 1)
+			b = binary.AppendUvarint(b, uint64(len(r.Processes)))
+			for _, p := range r.Processes {
+				b = binary.AppendVarint(b, int64(p.Pid))
+				b = binary.AppendUvarint(b, p.StartTime)
+				b = binary.AppendVarint(b, int64(p.Session))
+				b = appendStr(b, p.BootID)
+				b = appendStr(b, p.Host)
+				b = appendStr(b, p.Cgroup)
+				b = appendStr(b, p.Command)
+			}
+		} else {
+			b = append(b, 0)
+		}
 	}
 	return b, nil
 }
+
+// hasMore reports whether r is stored with the tag 0x02: it has a Token or
+// Processes.
+func hasMore(r *Record) bool { return r.Token != nil || len(r.Processes) > 0 }
 
 // String kinds (see the format above).
 const (
@@ -415,7 +443,7 @@ func (d *recordDecoder) time(what string) time.Time {
 func parseRecord(data []byte) (*Record, error) {
 	d := &recordDecoder{b: data}
 	tag := d.byte("tag")
-	if tag != recordTag && tag != recordTagToken {
+	if tag != recordTag && tag != recordTagMore {
 		return nil, errors.New("not a record of this format")
 	}
 	r := &Record{
@@ -457,8 +485,24 @@ func parseRecord(data []byte) (*Record, error) {
 	r.AuditEvents = d.strs("auditEvents")
 	r.StartedAt = d.time("startedAt")
 	r.EndedAt = d.time("endedAt")
-	if tag == recordTagToken {
-		r.Token = &TokenRef{Issuer: d.str("token"), Subject: d.str("token"), SHA256: d.str("token")}
+	if tag == recordTagMore {
+		if d.flag("token") {
+			r.Token = &TokenRef{Issuer: d.str("token"), Subject: d.str("token"), SHA256: d.str("token")}
+		}
+		if d.flag("processes") {
+			if n := d.uvarint("processes"); n == 0 || n > uint64(len(d.b)) {
+				d.fail("processes")
+			} else {
+				r.Processes = make([]Process, n)
+				for i := range r.Processes {
+					p := &r.Processes[i]
+					p.Pid = d.varint("process")
+					p.StartTime = d.uvarint("process")
+					p.Session = d.varint("process")
+					p.BootID, p.Host, p.Cgroup, p.Command = d.str("process"), d.str("process"), d.str("process"), d.str("process")
+				}
+			}
+		}
 	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%d bytes after the record", len(d.b))

@@ -1,6 +1,9 @@
 package txn
 
-import "errors"
+import (
+	"errors"
+	"io/fs"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of these (with
 // detail such as the execution id or file path), so test them with
@@ -26,6 +29,12 @@ var (
 	// ErrIncompatible reports a database written in a format this build does
 	// not understand, such as a newer format version.
 	ErrIncompatible = errors.New("txn: incompatible database format")
+
+	// ErrNoSchema reports a read-only open of a Postgres database that holds
+	// no toolgate schema yet: a new, empty database, whose first write
+	// creates it. It also matches ErrIncompatible, as it did before it
+	// existed.
+	ErrNoSchema = errors.New("txn: no toolgate schema in this database")
 
 	// ErrReadOnly reports a write to a Store opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("txn: store is read-only")
@@ -55,3 +64,16 @@ var (
 	// read was changed by another commit before this one.
 	ErrConflict = errors.New("txn: conflict")
 )
+
+// noSchemaError is the error of ErrNoSchema.
+type noSchemaError struct{ shown string }
+
+func (e *noSchemaError) Error() string {
+	return "txn: " + e.shown + ": no toolgate schema in this database yet: it is empty (the first write, toolgate run or serve, creates it)"
+}
+
+// Is: ErrNoSchema, ErrIncompatible (what it was before ErrNoSchema), and
+// fs.ErrNotExist, as the read-only open of a missing bbolt file is.
+func (e *noSchemaError) Is(target error) bool {
+	return target == ErrNoSchema || target == ErrIncompatible || target == fs.ErrNotExist
+}

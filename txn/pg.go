@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"slices"
 	"strconv"
@@ -247,24 +246,13 @@ func newerSchema(shown string, v int64) error {
 	return fmt.Errorf("%w: %s: the toolgate schema in this database is version %d, newer than this build's %d: upgrade toolgate", ErrIncompatible, shown, v, pgSchemaVersion)
 }
 
-// noSchema makes the error of a read-only open of a database without
-// toolgate's schema wrap fs.ErrNotExist, as the read-only open of a missing
-// bbolt file does; it adds nothing to the message.
-var noSchema = emptyWrap{fs.ErrNotExist}
-
-type emptyWrap struct{ err error }
-
-func (emptyWrap) Error() string   { return "" }
-func (e emptyWrap) Unwrap() error { return e.err }
-
 func (p *pgStore) checkSchema(ctx context.Context, shown string) error {
 	v, err := schemaVersion(ctx, p.pool)
 	switch {
 	case err != nil:
 		return fmt.Errorf("txn: %s: read the schema version: %v", shown, pgMessage(err))
 	case v == 0:
-		// As a missing bbolt file: there is no toolgate database yet.
-		return fmt.Errorf("%w: %s: no toolgate schema in this database (the first write, toolgate run or serve, creates it)%w", ErrIncompatible, shown, noSchema)
+		return &noSchemaError{shown}
 	case v > pgSchemaVersion:
 		return newerSchema(shown, v)
 	case v < pgSchemaVersion:

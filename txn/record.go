@@ -34,6 +34,11 @@ type Record struct {
 	EndedAt      time.Time        `json:"endedAt,omitzero"` // zero while the execution is in flight
 	// Token names the OAuth access token the call was made under, if any.
 	Token *TokenRef `json:"token,omitempty"`
+	// Processes are the processes the tool started that are still
+	// running, kept in the claim (Tx.SetProcesses) so that recovery can
+	// kill what a crash left running before it records the attempt as
+	// interrupted. Empty in final records.
+	Processes []Process `json:"processes,omitempty"`
 }
 
 // TokenRef identifies an OAuth access token without holding it: its
@@ -42,6 +47,20 @@ type TokenRef struct {
 	Issuer  string `json:"iss"`
 	Subject string `json:"sub"`
 	SHA256  string `json:"sha256"`
+}
+
+// Process names a running process of an execution so that recovery, in
+// another process of ours, finds it again, and only it: its pid (also its
+// process group's id) and its start time (field 22 of /proc/<pid>/stat)
+// on the boot BootID of the machine Host.
+type Process struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"startTime"`
+	Session   int    `json:"session,omitempty"`
+	BootID    string `json:"bootId"`
+	Host      string `json:"host,omitempty"`
+	Cgroup    string `json:"cgroup,omitempty"`  // the run's own cgroup, if it has one
+	Command   string `json:"command,omitempty"` // the program, for messages
 }
 
 // Transition is one step of a record's state history.

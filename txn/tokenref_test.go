@@ -23,7 +23,7 @@ func TestRecord_TokenRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if with[0] != recordTagToken || plain[0] != recordTag || string(with[1:len(plain)]) != string(plain[1:]) {
+	if with[0] != recordTagMore || plain[0] != recordTag || string(with[1:len(plain)]) != string(plain[1:]) || string(with[len(plain):len(plain)+1]) != "\x01" {
 		t.Fatal("a record with a token is not the record of before, tagged 0x02, with the token after it")
 	}
 	got, err := parseRecord(with)

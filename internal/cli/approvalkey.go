@@ -103,13 +103,13 @@ key is never overwritten: its public half is printed again.
 				fmt.Fprintf(stdio.Err, "%s exists; its public key:\n", path)
 			}
 			fmt.Fprintln(stdio.Out, pub)
-			// The line names the approver who signs with this key: the
-			// key's name, which approvals then give with --approver.
+			// The approver it signs for is the principal the approvals name:
+			// 'intent approve --approver NAME', or the token's principal of a
+			// server's approver, whose key signs for all ("*").
 			name := key.Verifier().Name()
-			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n", name, pub)
-			if name != principal() {
-				fmt.Fprintf(stdio.Err, "and approve as %s: toolgate intent approve ID --approver %s (without --approver, an approval is recorded as %s, whom that line does not list)\n", name, name, principal())
-			}
+			fmt.Fprintf(stdio.Err, "list it in the policy's approvalKeys for the approvers it signs for, e.g.\n  \"approvalKeys\": {%q: [%q]}\n"+
+				"(%s approves with 'toolgate intent approve ID --approver %s'; a key of 'toolgate serve' or 'toolgate mcp' signs for every approver: list it under \"*\")\n",
+				name, pub, name, name)
 			return nil
 		},
 	}

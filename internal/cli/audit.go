@@ -196,12 +196,8 @@ type recordsJSON struct {
 	Executions    int                     `json:"executions"`
 	Intents       int                     `json:"intents"`
 	Discrepancy   int                     `json:"discrepancies"`
-	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"` // the first maxListedDiscrepancies
-	// Unsigned counts the discrepancies that are approvals no key the
-	// policy lists signed (field "signature"): not a changed record, but an
-	// approval made without a signature, before the policy listed keys, or
-	// forged.
-	Unsigned int `json:"unsignedApprovals,omitempty"`
+	Unsigned      int                     `json:"unsigned,omitempty"` // of them, approvals no key the policy lists signed
+	Discrepancies []tgruntime.Discrepancy `json:"found,omitempty"`    // the first maxListedDiscrepancies
 }
 
 // maxListedDiscrepancies bounds the discrepancies --json lists (all are
@@ -212,22 +208,18 @@ func (r *recordsJSON) failed() error {
 	if r.Discrepancy == 0 {
 		return nil
 	}
-	var parts []string
-	if changed := r.Discrepancy - r.Unsigned; changed > 0 {
-		verb := "do not match the audit log: they were changed outside toolgate"
-		if changed == 1 {
-			verb = "does not match the audit log: it was changed outside toolgate"
-		}
-		parts = append(parts, plural(changed, "stored record field")+" "+verb)
+	var says []string
+	if changed := r.Discrepancy - r.Unsigned; changed == 1 {
+		says = append(says, "1 stored record field does not match the audit log: it was changed outside toolgate")
+	} else if changed > 1 {
+		says = append(says, fmt.Sprintf("%d stored record fields do not match the audit log: they were changed outside toolgate", changed))
 	}
-	if r.Unsigned > 0 {
-		verb := "were approved without a signature of a key the policy lists (before the policy listed keys, or forged): such an approval never runs"
-		if r.Unsigned == 1 {
-			verb = "was approved without a signature of a key the policy lists (before the policy listed keys, or forged): such an approval never runs"
-		}
-		parts = append(parts, plural(r.Unsigned, "intent")+" "+verb)
+	if r.Unsigned == 1 {
+		says = append(says, "1 approval is not signed by a key the policy lists for its approver: it was made without a signature (before the keys were listed, or without a listed key), or forged; it does not run under this policy")
+	} else if r.Unsigned > 1 {
+		says = append(says, fmt.Sprintf("%d approvals are not signed by a key the policy lists for their approvers: they were made without a signature (before the keys were listed, or without a listed key), or forged; they do not run under this policy", r.Unsigned))
 	}
-	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s", strings.Join(parts, "; "))}
+	return &exitError{code: ExitVerify, err: fmt.Errorf("audit verification failed: %s", strings.Join(says, "; "))}
 }
 
 // verifyRecords checks every execution record and intent against the audit
@@ -247,7 +239,7 @@ func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*r
 		return nil, err
 	}
 	rep, err := tgruntime.VerifyRecordsUnder(ctx, store, policy, func(d tgruntime.Discrepancy) error {
-		if d.Field == "signature" {
+		if d.Kind == "intent" && d.Field == "signature" {
 			out.Unsigned++
 		}
 		if print {

@@ -154,6 +154,9 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 	}
 	if store == nil {
 		c.Status, c.Detail = checkOK, shown+" (empty)"
+		if txn.IsPostgresURL(path) {
+			c.Detail = shown + " (empty: no toolgate schema yet; the first toolgate run or serve creates it)"
+		}
 		return c
 	}
 	defer store.Close()

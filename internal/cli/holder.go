@@ -134,8 +134,12 @@ func heldBy(err error) *heldError {
 }
 
 // lockedErr is the error of a command that found the database at path
-// locked by another process (err wraps txn.ErrLocked).
-func (g *globals) lockedErr(path string, readOnly bool) error {
+// locked by another process (err wraps txn.ErrLocked). On Postgres the
+// lock is a node's lease, and err says whose: it is the message.
+func (g *globals) lockedErr(path string, readOnly bool, err error) error {
+	if txn.IsPostgresURL(path) {
+		return &exitError{code: ExitInternal, err: err}
+	}
 	e := &heldError{path: txn.ShownPath(path), holder: txn.ReadHolder(path), waited: g.wait, command: g.commandPath(), readOnly: readOnly}
 	return &exitError{code: ExitInternal, err: e}
 }
@@ -190,15 +194,15 @@ func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.
 		return err
 	})
 	switch {
-	case errors.Is(err, txn.ErrLocked) && !txn.IsPostgresURL(path):
-		return nil, g.lockedErr(path, false)
+	case errors.Is(err, txn.ErrLocked):
+		return nil, g.lockedErr(path, false, err)
 	case err != nil:
 		// On Postgres no process holds a lock on the database: the
 		// store's message says what holds the open back (this node's
 		// name in use by a running node, an older toolgate writing).
 		return nil, internalErr(err)
 	}
-	if g.addr != "" && !txn.IsPostgresURL(path) {
+	if (g.addr != "" || g.api != "") && !txn.IsPostgresURL(path) {
 		_ = txn.SetHolderAddr(path, g.addr, g.api) // only the message of others depends on it
 	}
 	return rt, nil
@@ -213,8 +217,8 @@ func (g *globals) openShared(path string) (*txn.Store, error) {
 		store, err = txn.Open(path, &txn.Options{ReadOnly: true, Timeout: timeout})
 		return err
 	})
-	if errors.Is(err, txn.ErrLocked) && !txn.IsPostgresURL(path) {
-		return nil, g.lockedErr(path, true)
+	if errors.Is(err, txn.ErrLocked) {
+		return nil, g.lockedErr(path, true, err)
 	}
 	return store, err
 }

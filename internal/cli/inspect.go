@@ -285,6 +285,8 @@ func (g *globals) openReadOnly() (*txn.Store, error) {
 		return store, nil
 	case errors.Is(err, fs.ErrNotExist): // removed since the Stat; on Postgres, no schema yet
 		return nil, nil
+	case errors.Is(err, txn.ErrNoSchema): // a new Postgres database: empty, as a missing file
+		return nil, nil
 	case heldBy(err) != nil:
 		return nil, err
 	}

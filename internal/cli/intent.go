@@ -411,7 +411,7 @@ without --yes, nothing is approved. A decision is final.
 				if g.json {
 					return encodeJSON(stdio, v.intentView)
 				}
-				fmt.Fprintf(stdio.Out, "approved %s\nrun it with: %s\n", v.ID, v.RunHint)
+				fmt.Fprintf(stdio.Out, "approved %s\n%s\n", v.ID, lc.runAdvice(v.ID, v.Hash, v.RunHint))
 				return nil
 			}
 			g.decides = true // the decision is signed with the approval key, if any

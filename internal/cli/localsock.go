@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/txn"
@@ -411,9 +412,10 @@ func writeLocalJSON(w http.ResponseWriter, v any) {
 
 // localClient asks the holder of the database on its local socket.
 type localClient struct {
-	sock string
-	pid  int // the holder's
-	hc   *http.Client
+	sock   string
+	pid    int // the holder's
+	holder *txn.Holder
+	hc     *http.Client
 }
 
 // localProbe bounds connecting to the local socket and its first answer:
@@ -440,7 +442,7 @@ func (g *globals) localClient(ctx context.Context, stderr io.Writer) *localClien
 	if h == nil || h.Socket == "" || aerr != nil || h.Socket != txn.SocketPath(abs) { // only the socket next to the database
 		return nil
 	}
-	c := &localClient{sock: h.Socket, pid: h.PID}
+	c := &localClient{sock: h.Socket, pid: h.PID, holder: h}
 	c.hc = &http.Client{Transport: &http.Transport{DialContext: c.dial, MaxIdleConns: 1, IdleConnTimeout: 30 * time.Second}}
 	pctx, cancel := context.WithTimeout(ctx, localProbe)
 	defer cancel()
@@ -562,6 +564,24 @@ func (c *localClient) get(ctx context.Context, path string, q url.Values, out an
 }
 
 // note says on stderr that the command goes through the holder.
+// runAdvice says how an intent approved through the holder is run: the
+// database is held, so 'toolgate run' cannot open it until the holder
+// stops; an MCP session's agent runs it with toolgate.execute_intent, a
+// server's client through its HTTP API.
+func (c *localClient) runAdvice(id, hash, hint string) string {
+	h := c.holder
+	who := fmt.Sprintf("`%s` (pid %d)", commandLine(h.Command), h.PID)
+	switch h.API {
+	case "mcp":
+		return fmt.Sprintf("%s holds the database, so 'toolgate run' cannot open it while it runs: the agent connected to it runs the intent by calling the tool %s with {\"id\": %q, \"hash\": %q}; or, once that session has ended: %s",
+			who, mcp.ExecuteIntentTool, id, hash, hint)
+	case "http":
+		return fmt.Sprintf("%s holds the database, so 'toolgate run' cannot open it while it runs: run it through the server: POST http://%s/v1/intents/%s/execute with {\"hash\": %q} and a token; or, once the server has stopped: %s",
+			who, clean(h.Addr), id, hash, hint)
+	}
+	return fmt.Sprintf("run it once %s has finished with: %s (or add --wait 5m to wait for it)", who, hint)
+}
+
 func (c *localClient) note(w io.Writer) {
 	fmt.Fprintf(w, "toolgate: the database is held by pid %d: asked through its socket %s\n", c.pid, c.sock)
 }

@@ -139,6 +139,12 @@ func TestLocalSocket_MCPApproveDuringSession(t *testing.T) {
 		!strings.Contains(r.stderr, fmt.Sprintf("held by pid %d", m.cmd.Process.Pid)) {
 		t.Fatalf("intent approve --yes beside the session: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// It says how the intent runs while the session holds the database:
+	// not 'toolgate run', which cannot open it, but the agent's call.
+	if want := fmt.Sprintf(`the agent connected to it runs the intent by calling the tool toolgate.execute_intent with {"id": %q, "hash": %q}`, id, hash); !strings.Contains(r.stdout, want) ||
+		strings.Contains(r.stdout, "run it with:") {
+		t.Errorf("intent approve beside the session says:\n%s", r.stdout)
+	}
 	if r := toolgate(t, "", "intent", "approve", id, "--yes"); r.code != ExitDenied || !strings.Contains(r.stderr, "a decision is final") {
 		t.Errorf("a second approval: exit %d\n%s", r.code, r.stderr)
 	}
@@ -194,7 +200,9 @@ func TestLocalSocket_Serve(t *testing.T) {
 	if r := toolgate(t, "", "intent", "list", "--status", "pending"); r.code != 0 || strings.Count(r.stdout, "pending") != 2 {
 		t.Fatalf("intent list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := toolgate(t, "", "intent", "approve", ids[0], "--yes", "--approver", "cli:ops"); r.code != 0 || !strings.Contains(r.stdout, "run it with: toolgate run --intent "+ids[0]) {
+	if r := toolgate(t, "", "intent", "approve", ids[0], "--yes", "--approver", "cli:ops"); r.code != 0 ||
+		!strings.Contains(r.stdout, "run it through the server: POST http://"+s.addr+"/v1/intents/"+ids[0]+"/execute") ||
+		!strings.Contains(r.stdout, "once the server has stopped: toolgate run --intent "+ids[0]) {
 		t.Fatalf("intent approve: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := toolgate(t, "", "intent", "reject", ids[1], "--reason", "too big"); r.code != 0 || !strings.Contains(r.stdout, "rejected "+ids[1]) {

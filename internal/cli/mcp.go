@@ -114,6 +114,7 @@ than one made out of band; it is off unless you turn it on.`,
 				return perr // a usage error: nothing is opened or served
 			}
 			var l net.Listener
+			g.api = "mcp" // for the holder file: what a command refused the database tells its user
 			if addr != "" {
 				// Take the address first: a server that cannot listen must
 				// not create (or lock) the database.

@@ -34,6 +34,17 @@ func newServeCmd(g *globals, stdio Stdio) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve tools over HTTP: the one execution boundary for remote callers",
+		Example: `  # a token for each caller; the config file keeps only its SHA-256
+  head -c 32 /dev/urandom | base64 > agent.token
+  toolgate serve --hash-token < agent.token      # prints the hex SHA-256
+  cat > server.json <<'EOF'
+  {"tokens": [{"principal": "agent-1", "sha256": "<the hex SHA-256>"},
+              {"principal": "alice",   "sha256": "<...>", "approver": true}],
+   "gracePeriod": "10s", "idempotencyTTL": "24h"}
+  EOF
+  toolgate serve --config server.json --policy policy.json
+  curl -H "Authorization: Bearer $(cat agent.token)" -H 'Content-Type: application/json' \
+       -d '{"input": {"path": "README.md"}}' http://127.0.0.1:7070/v1/tools/file.read/execute`,
 		Long: `Serve the runtime over HTTP on --addr (loopback by default; another address
 needs --allow-remote). Callers authenticate with bearer tokens that the
 config file (--config) maps to principals; a principal's capabilities come
@@ -104,7 +115,7 @@ the config file stores for it.`,
 				return nil
 			}
 			if config == "" {
-				return usageErr("--config FILE is required: it maps tokens to principals (see 'toolgate serve --help')")
+				return usageErr("--config FILE is required: it maps tokens to principals (see the example in 'toolgate serve --help')")
 			}
 			cfg, err := server.LoadConfig(config)
 			if err != nil {

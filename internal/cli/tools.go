@@ -94,6 +94,11 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 				fmt.Fprintf(w, ", at most %d at once", l.MaxConcurrent)
 			}
 			fmt.Fprintf(w, "\nDeterministic:         %v\nIdempotent:            %v\n", d.Deterministic, d.Idempotent)
+			if d.RequiresApproval {
+				fmt.Fprintln(w, "Requires approval:     yes: it runs only as an approved intent (toolgate intent propose, then intent approve)")
+			} else {
+				fmt.Fprintln(w, "Requires approval:     no")
+			}
 			fmt.Fprintln(w, "\nInput schema:")
 			writeJSON(w, d.InputSchema)
 			fmt.Fprintln(w, "\nOutput schema:")

@@ -134,6 +134,14 @@ func child(kind string, args []string) int {
 			left -= k
 		}
 		f.Close()
+	case "runner":
+		// Run a "fork wait" child through proc, print its identity, and
+		// wait for it: a toolgate process running a tool, to be killed.
+		return runner(args)
+	case "threadstart":
+		// Start a sleeping child from a goroutine locked to its thread,
+		// which then returns locked: the runtime ends that thread.
+		return threadStart()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown child", kind)
 		return 99

@@ -108,7 +108,11 @@
 //     user, in our namespaces, seeing what we see.
 //   - Processes that leave the process group (setsid, setpgid, a daemon)
 //     are not killed on the prlimit path; only cgroup.kill reaches them.
-//   - If our own process dies, the child is not killed.
+//   - If our own process dies (even by SIGKILL), the child dies with it: it
+//     is started with SIGKILL as its parent-death signal, from one OS thread
+//     that lives as long as the process (see spawn.go for why). Only the
+//     direct child gets that signal: the rest of its group outlives us,
+//     until Reap, given the Identity that Spec.OnStart recorded, kills it.
 //   - Usage.MaxRSS is from wait4(2): the child and the descendants it waited
 //     for, not the whole group.
 //

@@ -50,6 +50,12 @@ type Spec struct {
 	KillOnOutputLimit bool
 	// Timeout bounds the run, on top of the context's deadline.
 	Timeout time.Duration
+	// OnStart, when set, is called with the identity of the process once
+	// it has started, before Run waits for it, so that a caller can record
+	// it durably: after a crash of ours, Reap kills what is left of the run
+	// from that record. It is not called when /proc cannot say the
+	// process's start time.
+	OnStart func(Identity)
 	// MaxMemory in bytes: cgroup v2 memory.max, else RLIMIT_AS plus the
 	// RSS watchdog (see the package doc for what each means).
 	MaxMemory int64
@@ -299,7 +305,7 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 	cmd.WaitDelay = r.opts.WaitDelay
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		return nil, launchError(spec, abs, err)
 	}
 	pid := cmd.Process.Pid
@@ -326,6 +332,12 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		wd = startWatchdog(pid, spec.MaxMemory, r.opts.WatchdogInterval, func(rss int64) {
 			k.kill(LimitMemory, spec.MaxMemory, fmt.Sprintf("the watchdog saw the process group's resident memory at %d bytes and killed it", rss))
 		})
+	}
+	if spec.OnStart != nil && setupErr == nil {
+		// After the watchdog: a slow record does not delay the limits.
+		if id, err := identify(pid, abs, cg); err == nil {
+			spec.OnStart(id)
+		}
 	}
 
 	// Wait for the leader to exit without reaping it, so its pid, which is

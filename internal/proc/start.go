@@ -92,7 +92,7 @@ func Start(spec StartSpec) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
-	err = cmd.Start()
+	err = startChild(cmd)
 	inR.Close()
 	outW.Close()
 	if err != nil {
