@@ -87,3 +87,4 @@ func Queued(s *Store) int {
 	}
 	return len(s.queue)
 }
+var ParseRecord = parseRecord

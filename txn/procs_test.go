@@ -53,8 +53,15 @@ func TestTx_SetProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(data, old) || len(data) == len(old) {
-		t.Fatal("a record with processes is not the older form followed by them")
+	// The older form, tagged 0x02 instead of 0x01, followed by its
+	// extensions: no token (0), then the processes (1 ...).
+	if old[0] != 0x01 || data[0] != 0x02 || !bytes.HasPrefix(data[1:], old[1:]) || len(data) <= len(old)+2 ||
+		data[len(old)] != 0 || data[len(old)+1] != 1 {
+		t.Fatal("a record with processes is not the older form, tagged 0x02, followed by them")
+	}
+	back, err := txn.ParseRecord(data)
+	if err != nil || len(back.Processes) != len(ps) || back.Processes[0] != ps[0] {
+		t.Fatalf("decoded: %+v, %v", back, err)
 	}
 }
 
