@@ -87,4 +87,5 @@ func Queued(s *Store) int {
 	}
 	return len(s.queue)
 }
+
 var ParseRecord = parseRecord
