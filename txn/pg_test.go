@@ -62,7 +62,8 @@ func TestPostgresNewerSchemaRefused(t *testing.T) {
 func TestPostgresReadOnlyNeedsSchema(t *testing.T) {
 	dbURL := freshPostgres(t)
 	_, err := txn.Open(dbURL, &txn.Options{ReadOnly: true})
-	if !errors.Is(err, txn.ErrIncompatible) || !errors.Is(err, fs.ErrNotExist) || !strings.HasSuffix(err.Error(), "no toolgate schema in this database (the first write, toolgate run or serve, creates it)") {
+	if !errors.Is(err, txn.ErrIncompatible) || !errors.Is(err, txn.ErrNoSchema) || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.HasSuffix(err.Error(), "no toolgate schema in this database yet: it is empty (the first write, toolgate run or serve, creates it)") {
 		t.Fatalf("read-only Open of an empty database = %v", err)
 	}
 	pgExec(t, dbURL, `SELECT 1`) // the database is still there, untouched
