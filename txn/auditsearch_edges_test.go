@@ -2,6 +2,7 @@ package txn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,6 +19,10 @@ func TestStore_AuditSearch_WindowEdges(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
 	const n = 40
+	// An event made before 1970: its timestamp is negative.
+	if _, err := s.Begin(ctx, executing("neg"), txn.AuditEvent{Data: []byte(`{"timestamp":-5,"id":"neg"}`)}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range n {
 		ts := 1000 + 10*i
 		id := fmt.Sprintf("e%03d", i)
@@ -64,6 +69,14 @@ func TestStore_AuditSearch_WindowEdges(t *testing.T) {
 			}
 		}
 	}
+	for _, w := range []struct {
+		from, to int64
+		found    bool
+	}{{-5, -5, true}, {-100, 0, true}, {-4, 999, false}, {1000, 1400, false}} {
+		if got := find(`"id":"neg"`, w.from, w.to); (len(got) == 1) != w.found {
+			t.Errorf("the event at -5, window [%d, %d]: %q", w.from, w.to, got)
+		}
+	}
 	// Every entry of a group that holds an event of the window, whichever
 	// of its events the window holds.
 	for _, w := range [][2]int64{{5000, 5000}, {5050, 5050}, {5100, 5100}, {4000, 5000}, {5100, 6000}} {
@@ -83,5 +96,39 @@ func TestStore_AuditSearch_WindowEdges(t *testing.T) {
 		return len(got) == 3
 	}); err != nil || len(got) != 3 || !strings.Contains(got[2], `"e002"`) {
 		t.Fatalf("stopped at the third entry: %q, %v", got, err)
+	}
+}
+
+// TestStore_GetWithAudit reads a record and searches the log with the
+// window it gives for that record, in one read; an unknown id is
+// ErrNotFound and an empty needle ErrInvalidRecord.
+func TestStore_GetWithAudit(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	for i, id := range []string{"a", "b"} {
+		ev := txn.AuditEvent{Data: fmt.Appendf(nil, `{"timestamp":%d,"executionId":"%s"}`, 1000+i, id)}
+		if _, err := s.Begin(ctx, executing(id), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var asked string
+	window := func(r *txn.Record) (string, int64, int64) {
+		asked = r.ExecutionID
+		return `"executionId":"` + r.ExecutionID + `"`, 1000, 1001
+	}
+	var got []string
+	rec, err := s.GetWithAudit(ctx, "b", window, func(e txn.AuditEntry) bool {
+		got = append(got, string(e.Event))
+		return false
+	})
+	if err != nil || rec.ExecutionID != "b" || asked != "b" || len(got) != 1 || !strings.Contains(got[0], `"b"`) {
+		t.Fatalf("GetWithAudit(b) = %+v, %v; events %q", rec, err, got)
+	}
+	if _, err := s.GetWithAudit(ctx, "c", window, func(txn.AuditEntry) bool { return false }); !errors.Is(err, txn.ErrNotFound) {
+		t.Errorf("an unknown id: %v, want ErrNotFound", err)
+	}
+	empty := func(*txn.Record) (string, int64, int64) { return "", 0, 1 }
+	if _, err := s.GetWithAudit(ctx, "a", empty, func(txn.AuditEntry) bool { return false }); !errors.Is(err, txn.ErrInvalidRecord) {
+		t.Errorf("an empty needle: %v, want ErrInvalidRecord", err)
 	}
 }
