@@ -37,6 +37,11 @@ func TestStore_AuditSearch_WindowEdges(t *testing.T) {
 		txn.AuditEvent{Data: []byte(`{"timestamp":5100,"id":"g2","in":"grp"}`)}); err != nil {
 		t.Fatal(err)
 	}
+	// Last, an event whose timestamp is not a number: its group could hold
+	// an event of any time.
+	if _, err := s.Begin(ctx, executing("odd"), txn.AuditEvent{Data: []byte(`{"timestamp":"soon","id":"odd"}`)}); err != nil {
+		t.Fatal(err)
+	}
 	find := func(needle string, from, to int64) []string {
 		t.Helper()
 		var got []string
@@ -76,6 +81,9 @@ func TestStore_AuditSearch_WindowEdges(t *testing.T) {
 		if got := find(`"id":"neg"`, w.from, w.to); (len(got) == 1) != w.found {
 			t.Errorf("the event at -5, window [%d, %d]: %q", w.from, w.to, got)
 		}
+	}
+	if got := find(`"id":"odd"`, 6000, 7000); len(got) != 1 {
+		t.Errorf("an event without a numeric timestamp, in a window after every other: %q", got)
 	}
 	// Every entry of a group that holds an event of the window, whichever
 	// of its events the window holds.
