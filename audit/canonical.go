@@ -19,6 +19,14 @@ const MaxDepth = 10000
 // Canonicalize parses b, which must hold exactly one JSON value (surrounding
 // whitespace allowed), and returns it in the RFC 8785 canonical form. Errors
 // wrap [ErrNotCanonicalizable].
+//
+// An error names one fault and the byte offset where it was found: the
+// first fault met reading the input in order, where an object's duplicate
+// names are met at the '}' that closes it. So a syntax error before that
+// '}', or a duplicate in an object nested in it, is reported first; of the
+// names one object repeats, the repetition that comes first in the input
+// is reported, at the offset of its opening quote: for
+// {"b":1,"a":2,"a":3,"b":4}, "a" at offset 13. [Hash] reports the same.
 func Canonicalize(b []byte) ([]byte, error) {
 	e := encoder{parser: parser{data: b}, out: make([]byte, 0, len(b))}
 	if err := e.run(); err != nil {
@@ -396,8 +404,9 @@ func (e *encoder) sortMembers(body int, ms []member) error {
 		}
 		return cmp.Compare(a.at, b.at)
 	})
-	// A name given twice: report its second occurrence, the first one in
-	// input order, as a parse that checked names as it went would.
+	// A name given twice: report the repetition that comes first in the
+	// input (of every name the object repeats), as a parse that checked
+	// names as it went would, within this object (Canonicalize).
 	dup := -1
 	for i := 1; i < len(ms); i++ {
 		if compareNames(name(ms[i-1]), name(ms[i])) == 0 && (dup < 0 || ms[i].at < ms[dup].at) {

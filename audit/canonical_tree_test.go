@@ -184,7 +184,7 @@ func (p *treeParser) treeArray() (treeNode, error) {
 		a = append(a, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in treeArray")
+			return nil, p.errorf("unexpected end of input in array")
 		}
 		switch p.data[p.pos] {
 		case ',':
@@ -195,7 +195,7 @@ func (p *treeParser) treeArray() (treeNode, error) {
 			p.depth--
 			return a, nil
 		default:
-			return nil, p.errorf("expected ',' or ']' in treeArray")
+			return nil, p.errorf("expected ',' or ']' in array")
 		}
 	}
 }
@@ -215,7 +215,7 @@ func (p *treeParser) treeObject() (treeNode, error) {
 	seen := make(map[string]struct{})
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			return nil, p.errorf("expected a string treeMember name")
+			return nil, p.errorf("expected a string member name")
 		}
 		at := p.pos
 		key, err := p.parseString()
@@ -223,12 +223,12 @@ func (p *treeParser) treeObject() (treeNode, error) {
 			return nil, err
 		}
 		if _, dup := seen[key]; dup {
-			return nil, treeNotCanon("duplicate treeMember name %q at offset %d", key, at)
+			return nil, treeNotCanon("duplicate member name %q at offset %d", key, at)
 		}
 		seen[key] = struct{}{}
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			return nil, p.errorf("expected ':' after treeMember name")
+			return nil, p.errorf("expected ':' after member name")
 		}
 		p.pos++
 		p.skipSpace()
@@ -239,7 +239,7 @@ func (p *treeParser) treeObject() (treeNode, error) {
 		o = append(o, treeMember{key: key, val: v})
 		p.skipSpace()
 		if p.pos >= len(p.data) {
-			return nil, p.errorf("unexpected end of input in treeObject")
+			return nil, p.errorf("unexpected end of input in object")
 		}
 		switch p.data[p.pos] {
 		case ',':
@@ -251,7 +251,7 @@ func (p *treeParser) treeObject() (treeNode, error) {
 			slices.SortFunc(o, func(a, b treeMember) int { return treeCompareUTF16(a.key, b.key) })
 			return o, nil
 		default:
-			return nil, p.errorf("expected ',' or '}' in treeObject")
+			return nil, p.errorf("expected ',' or '}' in object")
 		}
 	}
 }

@@ -9,11 +9,11 @@ import (
 	"github.com/toolgate/toolgate/audit"
 )
 
-// FuzzCanonicalize checks that Canonicalize never panics, that it and Hash
-// agree with the tree encoder they replaced (the same bytes, or both
-// refuse), and that whatever it accepts is valid JSON whose canonical form is
-// valid JSON, a fixed point, and the same value as the input when both are
-// decoded with encoding/json (numbers as float64).
+// FuzzCanonicalize checks that Canonicalize never panics and that whatever
+// it accepts is valid JSON whose canonical form is valid JSON, a fixed
+// point, and the same value as the input when both are decoded with
+// encoding/json (numbers as float64), hashed alike by Hash.
+// FuzzCanonicalize_MatchesTree compares it with the tree encoder.
 func FuzzCanonicalize(f *testing.F) {
 	for _, tc := range allGoodCases() {
 		f.Add([]byte(tc.in))
@@ -28,7 +28,6 @@ func FuzzCanonicalize(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		compareWithTree(t, in)
 		out, err := audit.Canonicalize(in)
 		if err != nil {
 			if out != nil {

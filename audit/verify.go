@@ -209,7 +209,9 @@ func (v *Verifier) entry(e *entry, stored []byte, first bool) error {
 // misplaced explains an entry numbered e.Seq found at position p.
 func (v *Verifier) misplaced(e *entry, p uint64) error {
 	switch {
-	case p > 1 && e.Seq == p-1 && e.PrevHash == prevHex(v.back, p-1):
+	case p == 2 && e.Seq == 1 && e.PrevHash == "":
+		return v.fail(1, "inserted: the events stored at positions 1 and 2 are both numbered 1 and both the log's first event; one of them was inserted")
+	case p > 2 && e.Seq == p-1 && e.PrevHash == hex.EncodeToString(v.back[:]):
 		return v.fail(p-1, "inserted: the events stored at positions %d and %d are both numbered %d and both follow event %d; one of them was inserted", p-1, p, p-1, p-2)
 	case e.Seq > p:
 		return v.fail(p, "missing: the next stored event is numbered %d (events deleted or reordered)", e.Seq)
@@ -253,13 +255,6 @@ func appendEntry(b []byte, e *entry) []byte {
 	b = append(b, `","event":`...)
 	b = append(b, e.Event...)
 	return append(b, '}')
-}
-
-func prevHex(h [32]byte, seq uint64) string {
-	if seq <= 1 {
-		return ""
-	}
-	return hex.EncodeToString(h[:])
 }
 
 func decodeHash(s string) ([32]byte, bool) {

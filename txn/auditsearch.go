@@ -16,6 +16,11 @@ import (
 // can hold an event made between the times from and to (Unix
 // milliseconds), in one read transaction. fn returns true to stop.
 //
+// The window includes both from and to; one whose to is before its from is
+// the instant from. It selects groups, not events: an entry made outside
+// the window is passed to fn with the others of a group that can hold an
+// event made inside it, and callers check each entry's time if it matters.
+//
 // A group is committed after every event in it was made, and groups are
 // committed in order: the search finds the first group holding an event
 // made at or after from by a binary search over the log (assuming clocks
@@ -73,6 +78,7 @@ func (s *Store) GetWithAudit(ctx context.Context, executionID string, window fun
 
 func auditSearch(ctx context.Context, tx *bolt.Tx, needle string, from, to int64, fn func(AuditEntry) bool) error {
 	n := []byte(needle)
+	to = max(to, from) // as Postgres searches: the instant from
 	{
 		log := tx.Bucket(bucketAudit)
 		if log == nil {
