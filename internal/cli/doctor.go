@@ -148,13 +148,9 @@ func (g *globals) checkDatabase(ctx context.Context) check {
 		}
 		return failed(c, err)
 	}
-	if store == nil && pg {
-		c.Status, c.Detail = checkOK, shown+" (no toolgate schema yet; the first run creates it)"
-		return c
-	}
 	if store == nil {
 		c.Status, c.Detail = checkOK, shown+" (empty)"
-		if txn.IsPostgresURL(path) {
+		if pg {
 			c.Detail = shown + " (empty: no toolgate schema yet; the first toolgate run or serve creates it)"
 		}
 		return c

@@ -24,7 +24,7 @@ func TestDoctor_Backend(t *testing.T) {
 
 	db := freshPostgres(t) // skips without TOOLGATE_TEST_POSTGRES, saying how to run it
 	rep, _ = doctor(t, "--db", db)
-	if d := databaseCheck(t, rep); !strings.HasSuffix(d, " (no toolgate schema yet; the first run creates it)") {
+	if d := databaseCheck(t, rep); !strings.HasSuffix(d, " (empty: no toolgate schema yet; the first toolgate run or serve creates it)") {
 		t.Errorf("Postgres without toolgate's schema: database check says %q", d)
 	}
 	node, err := txn.Open(db, &txn.Options{Node: "doctor-test"}) // a node running meanwhile
