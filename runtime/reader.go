@@ -19,7 +19,8 @@ type Reader struct {
 	approvers approverKeys
 }
 
-// NewReader returns a Reader of store, which stays the caller's to close.
+// NewReader returns a Reader of store, an open store (not nil), which stays
+// the caller's to close.
 func NewReader(store *txn.Store) *Reader { return &Reader{store: store} }
 
 // Execution returns the stored record of one attempt, or an error wrapping

@@ -106,7 +106,9 @@ var storesInUse sync.Map // *txn.Store -> struct{}
 // wrapping txn.ErrLocked) a store another runtime made by New has not yet
 // closed. The store options of opts (OpenTimeout, NoSync, Node, Lease) are
 // not used: those of the store apply. A runtime made by New still reports
-// to opts.Logger what it logs itself.
+// to opts.Logger what it logs itself. On a shared Postgres database, a
+// store left open after its runtime's Close goes on finishing, as that
+// runtime would, the executions of nodes whose lease expires.
 func New(store *txn.Store, opts *Options) (*Runtime, error) {
 	if store == nil {
 		return nil, errors.New("runtime: New needs an open store")
