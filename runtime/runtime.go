@@ -103,8 +103,7 @@ var storesInUse sync.Map // *txn.Store -> struct{}
 // The caller keeps ownership of store, as with database/sql: the runtime's
 // Close does not close it, and the caller closes it after that Close
 // returns. One runtime at a time runs on a store: New refuses (an error
-// wrapping txn.ErrLocked) a store another runtime made by New has not yet
-// closed. The store options of opts (OpenTimeout, NoSync, Node, Lease) are
+// wrapping txn.ErrLocked) a store whose runtime is not yet closed. The store options of opts (OpenTimeout, NoSync, Node, Lease) are
 // not used: those of the store apply. A runtime made by New still reports
 // to opts.Logger what it logs itself. On a shared Postgres database, a
 // store left open after its runtime's Close goes on finishing, as that
