@@ -3,9 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
@@ -188,5 +192,35 @@ func TestReader_ReadsWhatTheRuntimeShows(t *testing.T) {
 	}
 	if _, err := r.Intent(ctx, "not-an-id"); !errors.As(err, new(*tgruntime.IntentError)) {
 		t.Fatalf("Intent of a malformed id = %v, want an *IntentError", err)
+	}
+}
+
+// Options that cannot work are refused before the store is opened: Open
+// creates no database for them, and New leaves the store as it was.
+func TestOpen_BadGrantsOpenNothing(t *testing.T) {
+	testdb.BboltOnly(t, "it checks that no database file is created")
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	bad := map[string][]capability.Capability{"tester": {{Name: "NOT A CAPABILITY"}}}
+	if _, err := tgruntime.Open(path, &tgruntime.Options{Grants: bad}); !errors.Is(err, capability.ErrPolicy) {
+		t.Fatalf("Open with a bad grant = %v, want capability.ErrPolicy", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open with a bad grant created the database: %v", err)
+	}
+	store, err := txn.Open(path, &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := tgruntime.New(store, &tgruntime.Options{Grants: bad}); !errors.Is(err, capability.ErrPolicy) {
+		t.Fatalf("New with a bad grant = %v, want capability.ErrPolicy", err)
+	}
+	// Refused before it was taken: a runtime may run on the store.
+	rt, err := tgruntime.New(store, &tgruntime.Options{Registry: registry(t), Grants: grantAll})
+	if err != nil {
+		t.Fatalf("New after a refused New: %v", err)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -63,24 +63,22 @@ type Runtime struct {
 
 // Open opens (creating if needed) the database at path, a bbolt file or a
 // postgres:// URL, with the store options of opts (OpenTimeout, NoSync,
-// Node, Lease, Logger), and returns a runtime on it made by [New]. The
-// runtime owns that store: its Close closes it. Open returns an error when
-// the options are invalid, the file is locked by another process (after
-// opts.OpenTimeout), or the file is not a toolgate database.
+// Node, Lease, Logger), and returns a runtime on it as [New] does. The
+// runtime owns that store: its Close closes it. Open returns an error,
+// before anything is opened, when the options are invalid, and one when
+// the file is locked by another process (after opts.OpenTimeout) or is not
+// a toolgate database.
 func Open(path string, opts *Options) (*Runtime, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if err := o.Validate(); err != nil {
+	c, err := configure(opts)
+	if err != nil {
 		return nil, err
 	}
-	o.fill()
+	o := &c.opts
 	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, Node: o.Node, Lease: o.Lease, Logger: o.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	r, err := New(store, opts)
+	r, err := c.start(store)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -88,11 +86,6 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	r.ownsStore = true
 	return r, nil
 }
-
-// storesInUse holds the stores a runtime made by New runs on, until its
-// Close: a second runtime on one store would take the first one's running
-// executions for interrupted ones.
-var storesInUse sync.Map // *txn.Store -> struct{}
 
 // New returns a runtime for the tools of opts.Registry, which it freezes,
 // on store, an open store (txn.Open, not read-only), as [Open] does once it
@@ -103,15 +96,34 @@ var storesInUse sync.Map // *txn.Store -> struct{}
 // The caller keeps ownership of store, as with database/sql: the runtime's
 // Close does not close it, and the caller closes it after that Close
 // returns. One runtime at a time runs on a store: New refuses (an error
-// wrapping txn.ErrLocked) a store whose runtime is not yet closed. The store options of opts (OpenTimeout, NoSync, Node, Lease) are
-// not used: those of the store apply. A runtime made by New still reports
-// to opts.Logger what it logs itself. On a shared Postgres database, a
-// store left open after its runtime's Close goes on finishing, as that
-// runtime would, the executions of nodes whose lease expires.
+// wrapping txn.ErrLocked) a store whose runtime is not yet closed. The
+// store options of opts (OpenTimeout, NoSync, Node, Lease) are not used:
+// those of the store apply. A runtime made by New still reports to
+// opts.Logger what it logs itself. On a shared Postgres database, a store
+// left open after its runtime's Close goes on finishing, as that runtime
+// would, the executions of nodes whose lease expires.
 func New(store *txn.Store, opts *Options) (*Runtime, error) {
 	if store == nil {
 		return nil, errors.New("runtime: New needs an open store")
 	}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.start(store)
+}
+
+// config is what a runtime is built from, checked before any store is
+// touched.
+type config struct {
+	opts      Options
+	policy    *capability.Policy
+	approvers approverKeys
+}
+
+// configure checks opts and fills in their defaults; it freezes the
+// registry.
+func configure(opts *Options) (*config, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -149,10 +161,21 @@ func New(store *txn.Store, opts *Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	return &config{opts: o, policy: policy, approvers: approvers}, nil
+}
+
+// storesInUse holds the stores runtimes run on, each until its runtime's
+// Close: a second runtime on one store would take the first one's running
+// executions for interrupted ones.
+var storesInUse sync.Map // *txn.Store -> struct{}
+
+// start makes the runtime of c on store, which it does not close when it
+// fails.
+func (c *config) start(store *txn.Store) (*Runtime, error) {
 	if _, busy := storesInUse.LoadOrStore(store, struct{}{}); busy {
 		return nil, fmt.Errorf("runtime: %w: another runtime runs on this store; close it first", txn.ErrLocked)
 	}
-	r, err := newRuntime(store, o, policy, approvers)
+	r, err := newRuntime(store, c.opts, c.policy, c.approvers)
 	if err != nil {
 		store.OnSweep(nil)
 		storesInUse.Delete(store)
@@ -161,8 +184,8 @@ func New(store *txn.Store, opts *Options) (*Runtime, error) {
 	return r, nil
 }
 
-// newRuntime builds the runtime of New on store and recovers what an
-// earlier one left. It does not close store when it fails.
+// newRuntime builds a runtime on store and recovers what an earlier one
+// left. It does not close store when it fails.
 func newRuntime(store *txn.Store, o Options, policy *capability.Policy, approvers approverKeys) (*Runtime, error) {
 	stop, abort := context.WithCancel(context.Background())
 	r := &Runtime{
