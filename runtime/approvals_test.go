@@ -82,7 +82,7 @@ func (db *approvalsDB) verify(policy *capability.Policy) []tgruntime.Discrepancy
 	}
 	defer s.Close()
 	var out []tgruntime.Discrepancy
-	if _, err := tgruntime.VerifyRecordsUnder(context.Background(), s, policy, func(d tgruntime.Discrepancy) error {
+	if _, err := tgruntime.NewReader(s).VerifyRecordsUnder(context.Background(), policy, func(d tgruntime.Discrepancy) error {
 		out = append(out, d)
 		return nil
 	}); err != nil {

@@ -11,9 +11,8 @@ import (
 // one read of the store) and finishes it: nil when the log is valid (and
 // extends v.Checkpoint, if set), a *audit.VerifyError naming the first bad
 // event, or a *StateError when the log cannot be read. It is what
-// `toolgate audit verify` checks, for a program that holds the runtime and
-// so the database's lock (the web UI of toolgate serve).
-func (r *Runtime) VerifyAuditLog(ctx context.Context, v *audit.Verifier) error {
+// `toolgate audit verify` checks.
+func (r *Reader) VerifyAuditLog(ctx context.Context, v *audit.Verifier) error {
 	if err := r.store.AuditRaw(ctx, v.Add); err != nil {
 		var ve *audit.VerifyError
 		if errors.As(err, &ve) {

@@ -392,7 +392,7 @@ func (h *crashHarness) verify(round int) {
 	}
 	// Every record, recovered ones included, is proven by the audit log.
 	nd := 0
-	if _, err := tgruntime.VerifyRecords(ctx, store, func(d tgruntime.Discrepancy) error {
+	if _, err := tgruntime.NewReader(store).VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
 		if nd++; nd <= 5 {
 			t.Errorf("round %d: %s", round, d)
 		}

@@ -114,8 +114,9 @@
 //
 // Every attempt is recorded with each transition and its time; every
 // transition is also an audit event (RFC-0001 8.1), written in the same
-// update as the change it records ([Runtime.Execution], [Runtime.Executions],
-// [Runtime.AuditLog]). [Open] finishes any attempt a crash left EXECUTING:
+// update as the change it records ([Reader.Execution], [Reader.Executions],
+// [Reader.AuditLog]; a [Reader] reads a store open read-only too).
+// [Open] and [New] finish any attempt a crash left EXECUTING:
 // ABORTED, then ROLLED_BACK with the reason "interrupted"; it is never run
 // again.
 //

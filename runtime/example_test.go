@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/capability"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // The README's embedding example: open the embedded store, grant a
@@ -94,4 +95,28 @@ func ExampleRuntime_Execute_typedTool() {
 	// COMPLETED {"total":2} false
 	// COMPLETED {"total":5} false
 	// FAILED  true
+}
+
+// A store the program opens itself: a runtime made by New runs on it, and
+// the program keeps it. It closes the runtime first, then the store, and
+// may read it meanwhile through a Reader.
+func ExampleNew() {
+	dir, _ := os.MkdirTemp("", "toolgate-example")
+	defer os.RemoveAll(dir)
+
+	store, err := txn.Open(filepath.Join(dir, "toolgate.db"), &txn.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close() // after the runtime's Close: deferred calls run last first
+
+	rt, err := tgruntime.New(store, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+
+	recs, err := tgruntime.NewReader(store).Executions(context.Background(), txn.Filter{})
+	fmt.Println(len(recs), err)
+	// Output: 0 <nil>
 }

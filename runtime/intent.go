@@ -273,7 +273,7 @@ func (r *Runtime) indexIntents(ctx context.Context) error {
 	if _, ok, err := r.store.StateValue(ctx, nsMeta, intentsIndexed); err != nil || ok {
 		return err
 	}
-	all, err := ReadIntents(ctx, r.store, IntentFilter{})
+	all, err := readIntents(ctx, r.store, IntentFilter{})
 	if err != nil {
 		return err
 	}
@@ -421,14 +421,11 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 
 // Intent returns the intent id with its status and history, or an
 // *IntentError (intent_malformed, intent_not_found).
-func (r *Runtime) Intent(ctx context.Context, id string) (*Intent, error) {
-	return ReadIntent(ctx, r.store, id)
+func (r *Reader) Intent(ctx context.Context, id string) (*Intent, error) {
+	return readIntent(ctx, r.store, id)
 }
 
-// ReadIntent returns intent id as [Runtime.Intent] does, from a store that
-// may be open read-only: an inspector that must not take the writer's lock
-// (toolgate intent show) reads intents without opening a Runtime.
-func ReadIntent(ctx context.Context, store *txn.Store, id string) (*Intent, error) {
+func readIntent(ctx context.Context, store *txn.Store, id string) (*Intent, error) {
 	if !ValidIntentID(id) {
 		return nil, &IntentError{Code: "intent_malformed", IntentID: id, Reason: "not a lowercase UUID v4"}
 	}
@@ -541,13 +538,11 @@ type IntentFilter struct {
 }
 
 // Intents returns the intents matching f, oldest proposal first.
-func (r *Runtime) Intents(ctx context.Context, f IntentFilter) ([]*Intent, error) {
-	return ReadIntents(ctx, r.store, f)
+func (r *Reader) Intents(ctx context.Context, f IntentFilter) ([]*Intent, error) {
+	return readIntents(ctx, r.store, f)
 }
 
-// ReadIntents returns the intents matching f as [Runtime.Intents] does,
-// from a store that may be open read-only (see [ReadIntent]).
-func ReadIntents(ctx context.Context, store *txn.Store, f IntentFilter) ([]*Intent, error) {
+func readIntents(ctx context.Context, store *txn.Store, f IntentFilter) ([]*Intent, error) {
 	all, err := store.StateValues(ctx, nsIntents)
 	if err != nil {
 		return nil, &StateError{Op: "read", Err: err}

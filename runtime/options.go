@@ -16,10 +16,12 @@ import (
 )
 
 // Options configure a Runtime. A nil *Options means DefaultOptions(); zero
-// fields mean their defaults.
+// fields mean their defaults. The fields that configure the store
+// (OpenTimeout, NoSync, Node, Lease) are used by [Open], which opens it;
+// [New] runs on a store opened with its own.
 type Options struct {
-	// Registry holds the tools this runtime executes. Open freezes it. nil
-	// means a registry of the built-in tools.
+	// Registry holds the tools this runtime executes. Open and New freeze
+	// it. nil means a registry of the built-in tools.
 	Registry *tools.Registry
 
 	// Policy grants capabilities to principals; everything it does not

@@ -19,7 +19,12 @@ import (
 )
 
 // Runtime executes tools under RFC-0001. It is safe for concurrent use.
+//
+// Its embedded [Reader] reads what its store holds: executions, intents,
+// the audit log, and their verification.
 type Runtime struct {
+	*Reader
+
 	opts   Options
 	policy *capability.Policy
 	// approvers holds the policy's approval keys, parsed: approver (or
@@ -28,6 +33,7 @@ type Runtime struct {
 	approvers approverKeys
 	reg       *tools.Registry
 	store     *txn.Store
+	ownsStore bool // made by Open: Close closes the store
 	slots     chan struct{}
 	// toolSlots holds the slots of each tool (id@version) that declares
 	// maxConcurrent.
@@ -55,11 +61,69 @@ type Runtime struct {
 	closeErr   error
 }
 
-// Open opens (creating if needed) the database at path and returns a
-// runtime for the tools of opts.Registry, which it freezes. It returns an
-// error when the options are invalid, the file is locked by another process
-// (after opts.OpenTimeout), or the file is not a toolgate database.
+// Open opens (creating if needed) the database at path, a bbolt file or a
+// postgres:// URL, with the store options of opts (OpenTimeout, NoSync,
+// Node, Lease, Logger), and returns a runtime on it as [New] does. The
+// runtime owns that store: its Close closes it. Open returns an error,
+// before anything is opened, when the options are invalid, and one when
+// the file is locked by another process (after opts.OpenTimeout) or is not
+// a toolgate database.
 func Open(path string, opts *Options) (*Runtime, error) {
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	o := &c.opts
+	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, Node: o.Node, Lease: o.Lease, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	r, err := c.start(store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	r.ownsStore = true
+	return r, nil
+}
+
+// New returns a runtime for the tools of opts.Registry, which it freezes,
+// on store, an open store (txn.Open, not read-only), as [Open] does once it
+// has opened its own. It first finishes what an earlier runtime on the
+// database left: executions interrupted by a crash, their staged file
+// writes and idempotency keys.
+//
+// The caller keeps ownership of store, as with database/sql: the runtime's
+// Close does not close it, and the caller closes it after that Close
+// returns. One runtime at a time runs on a store: New refuses (an error
+// wrapping txn.ErrLocked) a store whose runtime is not yet closed. The
+// store options of opts (OpenTimeout, NoSync, Node, Lease) are not used:
+// those of the store apply. A runtime made by New still reports to
+// opts.Logger what it logs itself. On a shared Postgres database, a store
+// left open after its runtime's Close goes on finishing, as that runtime
+// would, the executions of nodes whose lease expires.
+func New(store *txn.Store, opts *Options) (*Runtime, error) {
+	if store == nil {
+		return nil, errors.New("runtime: New needs an open store")
+	}
+	c, err := configure(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.start(store)
+}
+
+// config is what a runtime is built from, checked before any store is
+// touched.
+type config struct {
+	opts      Options
+	policy    *capability.Policy
+	approvers approverKeys
+}
+
+// configure checks opts and fills in their defaults; it freezes the
+// registry.
+func configure(opts *Options) (*config, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -97,16 +161,39 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := txn.Open(path, &txn.Options{Timeout: o.OpenTimeout, NoSync: o.NoSync, Node: o.Node, Lease: o.Lease, Logger: o.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("runtime: %w", err)
+	return &config{opts: o, policy: policy, approvers: approvers}, nil
+}
+
+// storesInUse holds the stores runtimes run on, each until its runtime's
+// Close: a second runtime on one store would take the first one's running
+// executions for interrupted ones.
+var storesInUse sync.Map // *txn.Store -> struct{}
+
+// start makes the runtime of c on store, which it does not close when it
+// fails.
+func (c *config) start(store *txn.Store) (*Runtime, error) {
+	if _, busy := storesInUse.LoadOrStore(store, struct{}{}); busy {
+		return nil, fmt.Errorf("runtime: %w: another runtime runs on this store; close it first", txn.ErrLocked)
 	}
+	r, err := newRuntime(store, c.opts, c.policy, c.approvers)
+	if err != nil {
+		store.OnSweep(nil)
+		storesInUse.Delete(store)
+		return nil, err
+	}
+	return r, nil
+}
+
+// newRuntime builds a runtime on store and recovers what an earlier one
+// left. It does not close store when it fails.
+func newRuntime(store *txn.Store, o Options, policy *capability.Policy, approvers approverKeys) (*Runtime, error) {
 	stop, abort := context.WithCancel(context.Background())
 	r := &Runtime{
 		opts:      o,
 		policy:    policy,
 		approvers: approvers,
 		reg:       o.Registry,
+		Reader:    &Reader{store: store, approvers: approvers},
 		store:     store,
 		slots:     make(chan struct{}, o.MaxConcurrent),
 		pool:      newWorkers(),
@@ -127,7 +214,6 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	keys, err := r.runningKeys(context.Background())
 	if err != nil {
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: reading the idempotency keys of interrupted invocations: %w", err)
 	}
 	var keysMu sync.Mutex
@@ -148,19 +234,16 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	}
 	if _, err := store.Recover(context.Background(), finish); err != nil {
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: recovering interrupted executions: %w", err)
 	}
 	if err := r.recoverStaged(context.Background()); err != nil {
 		// A committed write that cannot be made visible: refuse rather than
 		// run on with files that contradict the records.
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: finishing the staged file writes of committed executions: %w", err)
 	}
 	if err := r.recoverKeys(context.Background()); err != nil {
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: settling the idempotency keys of interrupted invocations: %w", err)
 	}
 	// On a shared Postgres: the keys of calls whose node died are settled
@@ -173,12 +256,10 @@ func Open(path string, opts *Options) (*Runtime, error) {
 	})
 	if err := r.auditLegacyIntents(context.Background()); err != nil {
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: bringing the intents of an earlier version under the audit log: %w", err)
 	}
 	if err := r.indexIntents(context.Background()); err != nil {
 		abort()
-		store.Close()
 		return nil, fmt.Errorf("runtime: indexing the intents of an earlier version: %w", err)
 	}
 	return r, nil
@@ -241,33 +322,18 @@ func (r *Runtime) Err() error { return r.store.Err() }
 // Registry returns the runtime's (frozen) registry.
 func (r *Runtime) Registry() *tools.Registry { return r.reg }
 
-// Execution returns the stored record of one attempt, or an error wrapping
-// txn.ErrNotFound.
-func (r *Runtime) Execution(ctx context.Context, executionID string) (*txn.Record, error) {
-	return r.store.Get(ctx, executionID)
-}
-
-// Executions returns the stored records matching f, oldest first.
-func (r *Runtime) Executions(ctx context.Context, f txn.Filter) ([]*txn.Record, error) {
-	return r.store.List(ctx, f)
-}
-
-// AuditLog returns up to limit entries (limit <= 0: all) of the audit log
-// from sequence number from on: one event per lifecycle transition,
-// chained, each appended in the same update as the transition it records.
-func (r *Runtime) AuditLog(ctx context.Context, from uint64, limit int) ([]txn.AuditEntry, error) {
-	return r.store.AuditLog(ctx, from, limit)
-}
-
 // StateValue reads committed tool-visible state.
 func (r *Runtime) StateValue(ctx context.Context, namespace, key string) ([]byte, bool, error) {
 	return r.store.StateValue(ctx, namespace, key)
 }
 
-// Close stops accepting invocations, waits for running ones to end, and
-// closes the database. If ctx ends first, the running attempts are aborted
-// (ABORTED, then ROLLED_BACK, recorded) before the database closes, and
-// ctx's error is returned. Close is idempotent.
+// Close stops accepting invocations, waits for running ones to end, and,
+// for a runtime made by [Open], closes the database. If ctx ends first, the
+// running attempts are aborted (ABORTED, then ROLLED_BACK, recorded) before
+// it returns (and the database closes), and ctx's error is returned. A
+// runtime made by [New] leaves its store open to its owner, who may close it
+// or hand it to another runtime once Close has returned. Close is
+// idempotent.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closing = true
@@ -285,7 +351,13 @@ func (r *Runtime) Close(ctx context.Context) error {
 		}
 		r.abortAll()
 		r.pool.close()
-		r.closeErr = errors.Join(waitErr, r.store.Close())
+		if r.ownsStore {
+			r.closeErr = errors.Join(waitErr, r.store.Close())
+		} else {
+			r.store.OnSweep(nil)
+			r.closeErr = waitErr
+		}
+		storesInUse.Delete(r.store)
 	})
 	return r.closeErr
 }

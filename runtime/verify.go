@@ -22,8 +22,9 @@ import (
 // decision on it and every refused request to run it. A stored record that
 // disagrees with its events, a record without events and events without a
 // record are all tampering (or damage), and are reported as Discrepancy
-// values: by [VerifyRecords] for a whole database, and by
-// [VerifyExecution] and [VerifyIntent] for the one record shown.
+// values: by [Reader.VerifyRecords] for a whole database, and by
+// [Reader.ReadExecution], [Reader.VerifyExecution] and
+// [Reader.VerifyIntent] for the one record shown.
 
 // Discrepancy is a stored record that its audit events do not prove.
 type Discrepancy struct {
@@ -55,10 +56,10 @@ const auditSlack = 10 * time.Minute
 // ran (its first to its last recorded time, widened by ten minutes each
 // side): the cost does not grow with the log. It returns what disagrees (nothing when the log proves the
 // record), or an error if the log cannot be read.
-func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]Discrepancy, error) {
+func (r *Reader) VerifyExecution(ctx context.Context, rec *txn.Record) ([]Discrepancy, error) {
 	needle, from, to := executionWindow(rec)
 	c := newEventCollector(rec.ExecutionID)
-	if err := store.AuditSearch(ctx, needle, from, to, c.add); err != nil {
+	if err := r.store.AuditSearch(ctx, needle, from, to, c.add); err != nil {
 		return nil, err
 	}
 	return c.compare(rec), nil
@@ -69,9 +70,9 @@ func VerifyExecution(ctx context.Context, store *txn.Store, rec *txn.Record) ([]
 // [txn.Store.GetWithAudit]): what show and GET /v1/executions/{id} display.
 // The error wraps txn.ErrNotFound or txn.ErrCorrupt for a record that is
 // missing or does not decode (or names another execution).
-func ReadExecution(ctx context.Context, store *txn.Store, executionID string) (*txn.Record, []Discrepancy, error) {
+func (r *Reader) ReadExecution(ctx context.Context, executionID string) (*txn.Record, []Discrepancy, error) {
 	c := newEventCollector(executionID)
-	rec, err := store.GetWithAudit(ctx, executionID, executionWindow, c.add)
+	rec, err := r.store.GetWithAudit(ctx, executionID, executionWindow, c.add)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -273,12 +274,12 @@ type intentEvents struct {
 	execEvents []audit.Event // the EXECUTING event of each execution
 }
 
-// VerifyIntent checks one intent (as [ReadIntent] returns it) against the
-// audit events of its history: its proposal, the decision on it and its
+// VerifyIntent checks one intent (as [Reader.Intent] returns it) against
+// the audit events of its history: its proposal, the decision on it and its
 // execution. It returns what disagrees, or an error if the log cannot be
 // read.
-func VerifyIntent(ctx context.Context, store *txn.Store, in *Intent) ([]Discrepancy, error) {
-	ie, err := readIntentEvents(ctx, store, in)
+func (r *Reader) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, error) {
+	ie, err := readIntentEvents(ctx, r.store, in)
 	if err != nil {
 		return nil, err
 	}
@@ -497,7 +498,7 @@ func (r *Runtime) approvalProven(ctx context.Context, in *Intent) *IntentError {
 	return &IntentError{Code: "intent_corrupt", IntentID: in.ID, Reason: reason + "; it was not run"}
 }
 
-// RecordsReport sums up [VerifyRecords].
+// RecordsReport sums up [Reader.VerifyRecords].
 type RecordsReport struct {
 	Events      uint64 // audit events read
 	Executions  int    // execution records checked
@@ -518,22 +519,29 @@ const verifyPage = 4096
 // log. Records without events are found by counting, and named by a
 // further pass in bounded chunks only when the counts differ.
 //
-// The store may be open read-only; the log's own chain is checked by
-// [audit.Verifier], not here.
-func VerifyRecords(ctx context.Context, store *txn.Store, report func(Discrepancy) error) (*RecordsReport, error) {
-	return verifyRecords(ctx, store, nil, report)
+// The Reader of a Runtime also reports each approval that the runtime's
+// policy would not trust (see [Reader.VerifyRecordsUnder]); one made by
+// [NewReader] checks no signature.
+//
+// It is meant for a store that no one writes to meanwhile (toolgate audit
+// verify opens the database read-only): a call that runs during the check
+// can leave records and events that one side of it saw and the other did
+// not, reported as discrepancies. The store may be open read-only; the
+// log's own chain is checked by [Reader.VerifyAuditLog], not here.
+func (r *Reader) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
+	return verifyRecords(ctx, r.store, r.approvers, report)
 }
 
-// VerifyRecordsUnder is [VerifyRecords], and when policy lists approval
-// keys (capability.Policy.ApprovalKeys) it also reports each approval that
-// is not signed by a key listed for its approver (field "signature"): an
-// intent a runtime under that policy would refuse to run.
-func VerifyRecordsUnder(ctx context.Context, store *txn.Store, policy *capability.Policy, report func(Discrepancy) error) (*RecordsReport, error) {
+// VerifyRecordsUnder is [Reader.VerifyRecords] under policy: when policy
+// lists approval keys (capability.Policy.ApprovalKeys) it also reports each
+// approval that is not signed by a key listed for its approver (field
+// "signature"): an intent a runtime under that policy would refuse to run.
+func (r *Reader) VerifyRecordsUnder(ctx context.Context, policy *capability.Policy, report func(Discrepancy) error) (*RecordsReport, error) {
 	keys, err := approvalKeys(policy)
 	if err != nil {
 		return nil, err
 	}
-	return verifyRecords(ctx, store, keys, report)
+	return verifyRecords(ctx, r.store, keys, report)
 }
 
 func verifyRecords(ctx context.Context, store *txn.Store, approvers approverKeys, report func(Discrepancy) error) (*RecordsReport, error) {
@@ -653,7 +661,7 @@ func verifyRecords(ctx context.Context, store *txn.Store, approvers approverKeys
 
 	// Intents: the stored ones against their events, then events of
 	// intents that are not stored.
-	all, err := ReadIntents(ctx, store, IntentFilter{})
+	all, err := readIntents(ctx, store, IntentFilter{})
 	if err != nil {
 		return rep, err
 	}
@@ -755,35 +763,6 @@ func unmatchedRecords(ctx context.Context, store *txn.Store, emit func([]Discrep
 		}
 		after = last
 	}
-}
-
-// VerifyExecution checks the stored record of one execution against its
-// audit events (see the package function [VerifyExecution]).
-func (r *Runtime) VerifyExecution(ctx context.Context, rec *txn.Record) ([]Discrepancy, error) {
-	return VerifyExecution(ctx, r.store, rec)
-}
-
-// ReadExecution reads an execution's record and checks it against its audit
-// events in one read of the store (see the package function
-// [ReadExecution]).
-func (r *Runtime) ReadExecution(ctx context.Context, executionID string) (*txn.Record, []Discrepancy, error) {
-	return ReadExecution(ctx, r.store, executionID)
-}
-
-// VerifyIntent checks one intent against its audit events (see the package
-// function [VerifyIntent]).
-func (r *Runtime) VerifyIntent(ctx context.Context, in *Intent) ([]Discrepancy, error) {
-	return VerifyIntent(ctx, r.store, in)
-}
-
-// VerifyRecords checks every record of the runtime's store against the
-// audit log (see the package function [VerifyRecords]). It is meant for a
-// store that no one writes to meanwhile (toolgate audit verify opens the
-// database read-only): a call that runs during the check can leave records
-// and events that one side of it saw and the other did not, reported as
-// discrepancies.
-func (r *Runtime) VerifyRecords(ctx context.Context, report func(Discrepancy) error) (*RecordsReport, error) {
-	return verifyRecords(ctx, r.store, r.approvers, report)
 }
 
 // verifyIdempotency checks every settled idempotency key against the audit
@@ -907,7 +886,7 @@ func (r *Runtime) auditLegacyIntents(ctx context.Context) error {
 	}
 	var events []txn.AuditEvent
 	if !audited {
-		all, err := ReadIntents(ctx, r.store, IntentFilter{})
+		all, err := readIntents(ctx, r.store, IntentFilter{})
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func discrepancies(t *testing.T, path string) []tgruntime.Discrepancy {
 	}
 	defer s.Close()
 	var out []tgruntime.Discrepancy
-	if _, err := tgruntime.VerifyRecords(context.Background(), s, func(d tgruntime.Discrepancy) error {
+	if _, err := tgruntime.NewReader(s).VerifyRecords(context.Background(), func(d tgruntime.Discrepancy) error {
 		out = append(out, d)
 		return nil
 	}); err != nil {
@@ -191,7 +191,7 @@ func TestVerifyRecords_DetectsTampering(t *testing.T) {
 			case err != nil:
 				t.Fatal(err)
 			}
-			one, err := tgruntime.VerifyExecution(ctx, s, rec)
+			one, err := tgruntime.NewReader(s).VerifyExecution(ctx, rec)
 			if err != nil || len(one) == 0 {
 				t.Fatalf("VerifyExecution presents the tampered record as proven: %v, %v", one, err)
 			}

@@ -19,6 +19,9 @@ import (
 // finish may return audit events for the transitions it adds; they are
 // appended in the same update.
 func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent, error)) ([]*Record, error) {
+	if s.readOnly { // a reader finishes nothing, on either backend
+		return nil, ErrReadOnly
+	}
 	if s.be != nil {
 		return s.be.recover(ctx, finish)
 	}

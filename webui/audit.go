@@ -115,7 +115,7 @@ func (u *UI) verifyAudit(ctx context.Context, cp *audit.Checkpoint, cpErr error)
 		}
 	}
 	v := &audit.Verifier{Checkpoint: cp}
-	err := u.rt.VerifyAuditLog(ctx, v)
+	err := u.read.VerifyAuditLog(ctx, v)
 	var ve *audit.VerifyError
 	switch {
 	case errors.As(err, &ve):
@@ -129,7 +129,7 @@ func (u *UI) verifyAudit(ctx context.Context, cp *audit.Checkpoint, cpErr error)
 		data["Head"] = hex.EncodeToString(h[:])
 	}
 	var found []tgruntime.Discrepancy
-	rep, err := u.rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+	rep, err := u.read.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
 		if len(found) < maxShown {
 			found = append(found, d)
 		}

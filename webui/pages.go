@@ -243,7 +243,7 @@ func (u *UI) visibleIntents(r *http.Request, x *session, status, before string) 
 	}
 	// The runtime reads every intent of the status (it has no cursor nor
 	// limit): the page is bounded, the read is not.
-	all, err := u.rt.Intents(ctx, f)
+	all, err := u.read.Intents(ctx, f)
 	if err != nil {
 		return nil, "", err
 	}
@@ -349,7 +349,7 @@ func intentHistory(in *tgruntime.Intent) []historyEntry {
 func (u *UI) intentOf(w http.ResponseWriter, r *http.Request, x *session) *tgruntime.Intent {
 	ctx, cancel := u.ctx(r)
 	defer cancel()
-	in, err := u.rt.Intent(ctx, r.PathValue("id"))
+	in, err := u.read.Intent(ctx, r.PathValue("id"))
 	var ie *tgruntime.IntentError
 	switch {
 	case errors.As(err, &ie) || (err == nil && !x.sees(in.Proposer)):
@@ -427,7 +427,7 @@ func (u *UI) decide(approve bool) func(http.ResponseWriter, *http.Request, *sess
 		var ie *tgruntime.IntentError
 		switch {
 		case errors.As(err, &ie):
-			if now, rerr := u.rt.Intent(ctx, in.ID); rerr == nil {
+			if now, rerr := u.read.Intent(ctx, in.ID); rerr == nil {
 				in = now
 			}
 			u.showIntent(w, r, x, in, http.StatusConflict, "", "Not "+verb+": "+strings.TrimPrefix(ie.Error(), "runtime: "))
@@ -500,7 +500,7 @@ func (u *UI) executionsPage(w http.ResponseWriter, r *http.Request, x *session) 
 	// filters are applied here, so a narrow one reads further).
 	rows := []*txn.Record{}
 	for cursor, full := before, false; !full; {
-		recs, err := u.rt.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool, Newest: true, Cursor: cursor, Limit: listChunk})
+		recs, err := u.read.Executions(ctx, txn.Filter{State: f.State, ToolID: f.Tool, Newest: true, Cursor: cursor, Limit: listChunk})
 		if err != nil {
 			u.storeFailed(w, r, x, err)
 			return
@@ -558,7 +558,7 @@ type step struct {
 func (u *UI) executionPage(w http.ResponseWriter, r *http.Request, x *session) {
 	ctx, cancel := u.ctx(r)
 	defer cancel()
-	rec, ds, err := u.rt.ReadExecution(ctx, r.PathValue("id"))
+	rec, ds, err := u.read.ReadExecution(ctx, r.PathValue("id"))
 	switch {
 	case errors.Is(err, txn.ErrNotFound) || (err == nil && !x.sees(rec.Principal)):
 		u.fail(w, r, x, http.StatusNotFound, "No such execution.")

@@ -83,6 +83,7 @@ type Options struct {
 // UI serves the web UI.
 type UI struct {
 	rt       *tgruntime.Runtime
+	read     *tgruntime.Reader // what the pages show: rt's reader
 	cfg      *server.Config
 	opts     Options
 	sessions *sessions
@@ -103,7 +104,7 @@ func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) 
 	for i := range c.Tokens {
 		c.Tokens[i].SHA256 = strings.ToLower(c.Tokens[i].SHA256)
 	}
-	u := &UI{rt: rt, cfg: &c, mux: http.NewServeMux()}
+	u := &UI{rt: rt, read: rt.Reader, cfg: &c, mux: http.NewServeMux()}
 	if opts != nil {
 		u.opts = *opts
 	}

@@ -238,7 +238,7 @@ func verifyRecords(ctx context.Context, g *globals, stdio Stdio, print bool) (*r
 	if err != nil {
 		return nil, err
 	}
-	rep, err := tgruntime.VerifyRecordsUnder(ctx, store, policy, func(d tgruntime.Discrepancy) error {
+	rep, err := tgruntime.NewReader(store).VerifyRecordsUnder(ctx, policy, func(d tgruntime.Discrepancy) error {
 		if d.Kind == "intent" && d.Field == "signature" {
 			out.Unsigned++
 		}

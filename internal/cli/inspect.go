@@ -179,7 +179,7 @@ names each field that disagrees, and exits 7.
 				return usageErr("no execution %s", clean(id))
 			}
 			defer store.Close()
-			rec, ds, err := tgruntime.ReadExecution(cmd.Context(), store, id)
+			rec, ds, err := tgruntime.NewReader(store).ReadExecution(cmd.Context(), id)
 			if errors.Is(err, txn.ErrNotFound) {
 				return usageErr("no execution %s", clean(id))
 			}

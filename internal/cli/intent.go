@@ -342,7 +342,7 @@ not match the audit log was changed outside toolgate: show says so and exits 7.
 			if err != nil {
 				return intentErr(err)
 			}
-			ds, err := tgruntime.VerifyIntent(cmd.Context(), store, it)
+			ds, err := tgruntime.NewReader(store).VerifyIntent(cmd.Context(), it)
 			if err != nil {
 				return internalErr(fmt.Errorf("reading the audit log: %w", err))
 			}

@@ -13,12 +13,12 @@ import (
 
 // 'intent show' and 'intent list' inspect: they read the database opened
 // read-only, as 'executions' and 'show' do, and never create it, with the
-// runtime's own readers (runtime.ReadIntents, runtime.ReadIntent).
+// runtime's own reader (runtime.Reader).
 
 // readIntents returns the intents of store in status ("" for all), oldest
 // proposal first.
 func readIntents(ctx context.Context, store *txn.Store, status string) ([]*tgruntime.Intent, error) {
-	all, err := tgruntime.ReadIntents(ctx, store, tgruntime.IntentFilter{Status: status})
+	all, err := tgruntime.NewReader(store).Intents(ctx, tgruntime.IntentFilter{Status: status})
 	if err != nil {
 		return nil, internalErr(err)
 	}
@@ -28,7 +28,7 @@ func readIntents(ctx context.Context, store *txn.Store, status string) ([]*tgrun
 // readIntent returns the intent id of store: a malformed or unknown id is
 // an *tgruntime.IntentError.
 func readIntent(ctx context.Context, store *txn.Store, id string) (*tgruntime.Intent, error) {
-	it, err := tgruntime.ReadIntent(ctx, store, id)
+	it, err := tgruntime.NewReader(store).Intent(ctx, id)
 	if err != nil && !errors.As(err, new(*tgruntime.IntentError)) {
 		return nil, internalErr(err)
 	}
