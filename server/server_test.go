@@ -544,6 +544,7 @@ func TestServer_ShutdownWithInflight(t *testing.T) {
 	cfg := testConfig()
 	cfg.GracePeriod = server.Duration(200 * time.Millisecond)
 	f := newFixture(t, cfg, nil)
+	testkit.CloseFails(t, "Serve closes the runtime when its grace period ends with calls running: Close says DeadlineExceeded")
 	f.http.Close() // the fixture's listener is not used here
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
