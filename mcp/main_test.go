@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/gctune"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -248,7 +249,7 @@ func open(t testing.TB, db string) *tgruntime.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
+	testkit.Check(t, rt, db)
 	return rt
 }
 

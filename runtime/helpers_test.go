@@ -8,7 +8,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/capability"
-	"github.com/toolgate/toolgate/internal/testdb"
+	"github.com/toolgate/toolgate/internal/testkit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -79,8 +79,9 @@ func registry(tb testing.TB) *tools.Registry {
 	return reg
 }
 
-// openRuntime opens a runtime on a fresh database under t.TempDir() with the
-// given tools; it is closed when the test ends.
+// openRuntime opens a runtime on a fresh database (internal/testdb) with the
+// given tools; when the test ends it is closed and its database verified
+// (internal/testkit).
 func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgruntime.Runtime, string) {
 	t.Helper()
 	reg := tools.NewRegistry()
@@ -100,13 +101,7 @@ func openRuntime(t *testing.T, opts *tgruntime.Options, ts ...tools.Tool) (*tgru
 	if opts.Retry.BaseDelay == 0 {
 		opts.Retry.BaseDelay = time.Millisecond
 	}
-	path := testdb.Path(t, "toolgate.db")
-	rt, err := tgruntime.Open(path, opts)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
-	return rt, path
+	return testkit.Open(t, opts)
 }
 
 func invoke(id, input string) tgruntime.Invocation {

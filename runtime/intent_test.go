@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/testdb"
+	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -300,6 +301,7 @@ func TestIntent_ConcurrentExecutionsRunOnce(t *testing.T) {
 // unreadable record fails closed.
 func TestIntent_CorruptRecord(t *testing.T) {
 	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	testkit.Tampers(t, "it overwrites an approved intent's record with bytes that are not one")
 	ctx := context.Background()
 	in, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"rm nothing"}`))
 	if err != nil {

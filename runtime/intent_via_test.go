@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/internal/testkit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -17,6 +18,7 @@ import (
 // out of band) is a discrepancy, and the intent does not run.
 func TestIntent_ApproveVia(t *testing.T) {
 	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	testkit.Tampers(t, "it removes the via from a stored decision, to see verify and run refuse it")
 	ctx := context.Background()
 	if _, err := rt.ApproveVia(ctx, "0f8fad5b-d9cb-469f-a165-70867728950e", "alice", "Not a Word!"); intentCode(err) != "intent_malformed" {
 		t.Errorf("a malformed via: %v", err)

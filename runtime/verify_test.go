@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/testdb"
+	"github.com/toolgate/toolgate/internal/testkit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -84,6 +85,7 @@ func TestVerifyRecords_DetectsTampering(t *testing.T) {
 	})
 	setup := func(t *testing.T) (path string, ok, denied, failed *txn.Record) {
 		rt, path := openRuntime(t, &tgruntime.Options{}, echo("test.echo"), failing)
+		testkit.Tampers(t, "each case edits a record in the bbolt file, to see verify find it")
 		res, err := rt.Execute(ctx, invoke("test.echo", `{"msg":"hello"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -405,6 +407,7 @@ func TestIntent_ForgedApprovalRefused(t *testing.T) {
 func TestVerifyRecords_IdempotencyKeyRedirected(t *testing.T) {
 	ctx := context.Background()
 	rt, path := openRuntime(t, nil, echo("test.echo"))
+	testkit.Tampers(t, "it points an idempotency key at another call's execution, to see verify find it")
 	keyed := invoke("test.echo", `{"msg":"mine"}`)
 	keyed.IdempotencyKey = "k1"
 	first, err := rt.Execute(ctx, keyed)

@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/testdb"
+	"github.com/toolgate/toolgate/internal/testkit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
@@ -142,6 +143,7 @@ func newFixtureAt(t *testing.T, path string, cfg *server.Config, opts *server.Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Check(t, rt, path) // closes it, after the cleanup below
 	if cfg == nil {
 		cfg = testConfig()
 	}
@@ -153,7 +155,6 @@ func newFixtureAt(t *testing.T, path string, cfg *server.Config, opts *server.Op
 	t.Cleanup(func() {
 		g.open()
 		hs.Close()
-		rt.Close(context.Background())
 	})
 	return &fixture{rt: rt, srv: srv, http: hs, gate: g, path: path}
 }
@@ -543,6 +544,7 @@ func TestServer_ShutdownWithInflight(t *testing.T) {
 	cfg := testConfig()
 	cfg.GracePeriod = server.Duration(200 * time.Millisecond)
 	f := newFixture(t, cfg, nil)
+	testkit.CloseFails(t, "Serve closes the runtime when its grace period ends with calls running: Close says DeadlineExceeded")
 	f.http.Close() // the fixture's listener is not used here
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/internal/testdb"
+	"github.com/toolgate/toolgate/internal/testkit"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
@@ -97,10 +98,12 @@ func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts
 	for _, a := range adjust {
 		a(ropts)
 	}
-	rt, err := tgruntime.Open(testdb.Path(t, "toolgate.db"), ropts)
+	path := testdb.Path(t, "toolgate.db")
+	rt, err := tgruntime.Open(path, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Check(t, rt, path) // closes it, after the cleanup below
 	f := &fixture{rt: rt, now: &clock{}}
 	if uopts == nil {
 		uopts = &webui.Options{}
@@ -122,7 +125,6 @@ func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts
 	f.url = f.srv.URL
 	t.Cleanup(func() {
 		f.srv.Close()
-		rt.Close(context.Background())
 	})
 	return f
 }

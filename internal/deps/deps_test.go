@@ -21,8 +21,8 @@ const module = "github.com/toolgate/toolgate"
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
 // its engines (internal/bench for the bench command, server and its web
-// UI, webui, for serve) and the MCP front end (mcp, the only importer of the MCP SDK
-// besides the CLI); only the CLI may use the OTel SDK; the client package
+// UI, webui, for serve), the MCP front end (mcp, the only importer of the MCP SDK
+// besides the CLI) and the tests' kit (internal/testkit); only the CLI may use the OTel SDK; the client package
 // imports nothing of the module.
 var policy = map[string][]string{
 	"lifecycle":                {"github.com/looplab/fsm"},
@@ -41,6 +41,7 @@ var policy = map[string][]string{
 	"internal/docscheck":       {},
 	"internal/testchild":       {},
 	"internal/testdb":          {"github.com/jackc/pgx/v5"},
+	"internal/testkit":         {"runtime", "txn", "audit", "capability", "internal/testdb"},
 	"internal/testchild/child": {},
 	"internal/explain":         {"capability", "tools"},
 	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt", "github.com/jackc/pgx/v5"},
@@ -157,7 +158,7 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 		}
 	}
 	for pkg, deps := range policy {
-		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && pkg != "webui" && !strings.HasPrefix(pkg, "cmd/") {
+		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && pkg != "webui" && pkg != "internal/testkit" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
 	}
