@@ -258,6 +258,11 @@ func intentHistory(it *tgruntime.Intent) []historyEntry {
 // input says it (a process tool's command and directory, a "path" field);
 // PATH where it does not. A principal the policy already grants them to
 // can leave them out.
+// climbs reports whether a path has a ".." segment.
+func climbs(path string) bool {
+	return slices.Contains(strings.Split(filepath.ToSlash(path), "/"), "..")
+}
+
 func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 	args := []string{"toolgate", "run", "--intent", it.ID, "--hash", it.Hash}
 	e, err := reg.Lookup(it.Tool, it.Version)
@@ -286,8 +291,13 @@ func runHint(reg *tools.Registry, it *tgruntime.Intent) string {
 			switch {
 			case c.IsFilesystem() && preview != nil && preview.Dir != "":
 				v += ":" + preview.Dir
-			case c.IsFilesystem() && preview == nil && in.Path != "":
+			case c.IsFilesystem() && preview == nil && in.Path != "" && !climbs(in.Path):
 				v += ":" + filepath.Dir(in.Path)
+			case c.IsFilesystem() && preview == nil && in.Path != "":
+				// A path that climbs out by "..": the hint names no place,
+				// least of all where it climbs to; intent show says where
+				// it leads and which grant it falls outside of.
+				v += ":DIR"
 			case c.IsFilesystem():
 				v += ":PATH"
 			case c.Name == "process.exec" && preview != nil && preview.Command != "":

@@ -189,6 +189,13 @@ func TestIntent_ApproveHintStatusCaseHistoryOrder(t *testing.T) {
 	if r := toolgate(t, "", strings.Fields(hint)...); r.code != 0 || !strings.Contains(r.stdout, `"content": "hello\n"`) {
 		t.Fatalf("the hint as printed (%s): exit %d\n%s%s", strings.TrimSpace(hint), r.code, r.stdout, r.stderr)
 	}
+	// A path that climbs out by "..": the hint never suggests granting the
+	// place it climbs to.
+	esc, _ := propose(t, "file.write", "--input", `{"path":"out/../../elsewhere/x.txt","content":"x"}`)
+	r = toolgate(t, "", "intent", "approve", esc, "--yes")
+	if r.code != 0 || strings.Contains(r.stdout, "elsewhere") || !strings.Contains(r.stdout, "--allow filesystem.write:DIR") {
+		t.Errorf("approving a climbing path hints:\n%s%s", r.stdout, r.stderr)
+	}
 	show := toolgate(t, "", "intent", "show", id).stdout
 	proposed, refused, approved, executed := strings.Index(show, "proposed by"), strings.Index(show, "refused to"),
 		strings.Index(show, "approved by"), strings.Index(show, "executed by")
