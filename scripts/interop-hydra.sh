@@ -64,7 +64,11 @@ tg=$tmp/toolgate
 export TOOLGATE_DB=$tmp/toolgate.db HOME=$tmp/home
 mkdir -p "$HOME"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# JSON and ports through Node, which the other interop steps need anyway.
+command -v node >/dev/null || fail "node is not installed (Debian's nodejs package)"
+free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+# field FILE KEY: the string KEY of the JSON object in FILE ("-": stdin).
+field() { node -e 'const f=process.argv[1]; const o=JSON.parse(require("fs").readFileSync(f==="-"?0:f,"utf8")); const v=o[process.argv[2]]; if (v===undefined) process.exit(1); console.log(v)' "$1" "$2"; }
 PUB=$(free_port); ADM=$(free_port); TG_PORT=$(free_port); MCP_PORT=$(free_port)
 issuer=http://127.0.0.1:$PUB/
 
@@ -87,15 +91,15 @@ mcpresource=http://127.0.0.1:$MCP_PORT/mcp
 client=$("$hydra" create oauth2-client --endpoint "http://127.0.0.1:$ADM" --format json \
   --name toolgate-agent --grant-type client_credentials --scope tools.call \
   --audience "$resource" --audience "$mcpresource" --token-endpoint-auth-method client_secret_post)
-cid=$(printf '%s' "$client" | python3 -c 'import json,sys; print(json.load(sys.stdin)["client_id"])')
-csecret=$(printf '%s' "$client" | python3 -c 'import json,sys; print(json.load(sys.stdin)["client_secret"])')
+cid=$(printf '%s' "$client" | field - client_id)
+csecret=$(printf '%s' "$client" | field - client_secret)
 say "client $cid registered"
 
 token_for() { # AUDIENCE -> an access token by client credentials, from Hydra's token endpoint
   curl -sS -X POST "http://127.0.0.1:$PUB/oauth2/token" \
     -d grant_type=client_credentials -d "client_id=$cid" -d "client_secret=$csecret" \
     -d scope=tools.call -d "audience=$1" >"$tmp/token.json"
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["access_token"])' "$tmp/token.json" ||
+  field "$tmp/token.json" access_token ||
     fail "Hydra's token endpoint answered: $(cat "$tmp/token.json")"
 }
 tok=$(token_for "$resource")
@@ -120,7 +124,7 @@ pids+=($srv)
 body=$(curl -sS --retry 20 --retry-connrefused --retry-delay 1 -H "Authorization: Bearer $tok" -H 'Content-Type: application/json' \
   -d "{\"input\":{\"path\":\"$tmp/data/a.txt\"}}" "$resource/v1/tools/file.read/execute")
 echo "$body" | grep -q '"state": *"COMPLETED"' || fail "a call with Hydra's token: $body"
-exec_id=$(echo "$body" | python3 -c 'import json,sys; print(json.load(sys.stdin)["executionId"])')
+exec_id=$(echo "$body" | field - executionId)
 say "serve: a call with Hydra's token: COMPLETED ($exec_id)"
 
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$resource/v1/tools/file.read/execute")
@@ -131,18 +135,17 @@ other=$(token_for "$mcpresource")
 code=$(curl -s -o "$tmp/other.json" -w '%{http_code}' -H "Authorization: Bearer $other" -H 'Content-Type: application/json' \
   -d "{\"input\":{\"path\":\"$tmp/data/a.txt\"}}" "$resource/v1/tools/file.read/execute")
 [ "$code" = 401 ] || fail "a token for another audience: $code $(cat "$tmp/other.json")"
-say "serve: a token for another audience: 401 ($(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["detail"])' "$tmp/other.json"))"
+say "serve: a token for another audience: 401 ($(field "$tmp/other.json" detail))"
 kill -TERM "$srv"; wait "$srv" || true
 
 show=$("$tg" show "$exec_id" --json)
-echo "$show" | python3 -c '
-import json,sys
-r=json.load(sys.stdin)
-rec=r.get("record", r)
-p=rec.get("principal"); tk=rec.get("token") or {}
-assert p==sys.argv[1], ("principal", p)
-assert tk.get("iss")==sys.argv[2] and tk.get("sub")==sys.argv[1] and len(tk.get("sha256",""))==64, ("token", tk)
-print("interop-hydra: the record: principal %s, token of %s for %s (sha256 %s...)" % (p, tk["iss"], tk["sub"], tk["sha256"][:12]))
+echo "$show" | node -e '
+const r = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const rec = r.record || r, tk = rec.token || {};
+const [cid, iss] = process.argv.slice(1);
+if (rec.principal !== cid) { console.error("principal", rec.principal); process.exit(1); }
+if (tk.iss !== iss || tk.sub !== cid || (tk.sha256 || "").length !== 64) { console.error("token", tk); process.exit(1); }
+console.log(`interop-hydra: the record: principal ${rec.principal}, token of ${tk.iss} for ${tk.sub} (sha256 ${tk.sha256.slice(0, 12)}...)`);
 ' "$cid" "$issuer" || fail "the record does not name the token: $show"
 
 # MCP over streamable HTTP with a token for its own resource.
