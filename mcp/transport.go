@@ -204,20 +204,7 @@ const identityKey = "io.toolgate/identity"
 // the protected-resource metadata under OAuth), 403 for a missing scope,
 // 503 when the issuer's keys cannot be fetched now.
 func challenge(w http.ResponseWriter, v *oauth.Verifier, err error, msg string) {
-	status, h := http.StatusUnauthorized, `Bearer realm="toolgate"`
-	if err != nil {
-		h += `, error="invalid_token"`
-	}
-	if v != nil {
-		status, h = v.Challenge(err)
-	}
-	if h != "" {
-		w.Header().Set("WWW-Authenticate", h)
-	}
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
-	}
-	http.Error(w, msg, status)
+	http.Error(w, msg, v.SetChallenge(w.Header(), err))
 }
 
 // refuse answers a POST the SDK is not given, with the protocol's error:

@@ -520,6 +520,30 @@ func (v *Verifier) Challenge(err error) (status int, header string) {
 	return http.StatusUnauthorized, h + `, error="invalid_token"`
 }
 
+// SetChallenge writes the answer to a refused bearer token into h
+// (WWW-Authenticate; Retry-After when the issuer's keys cannot be fetched)
+// and returns the status to answer with: Challenge's, for the front ends.
+// v may be nil, a server of static tokens only: 401 with a challenge that
+// names no metadata (error="invalid_token" when a token came, err != nil).
+func (v *Verifier) SetChallenge(h http.Header, err error) int {
+	if v == nil {
+		c := `Bearer realm="toolgate"`
+		if err != nil {
+			c += `, error="invalid_token"`
+		}
+		h.Set("WWW-Authenticate", c)
+		return http.StatusUnauthorized
+	}
+	status, c := v.Challenge(err)
+	if c != "" {
+		h.Set("WWW-Authenticate", c)
+	}
+	if status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "5")
+	}
+	return status
+}
+
 // quote writes s as an RFC 7230 quoted-string, dropping what it cannot hold.
 func quote(s string) string {
 	var b strings.Builder

@@ -331,34 +331,17 @@ func (s *Server) auth(h func(http.ResponseWriter, *http.Request, TokenConfig)) h
 	}
 }
 
-var errUnknownToken = errors.New("unknown token")
+var errUnknownToken = &oauth.Error{Kind: oauth.ErrInvalidToken, Reason: "the bearer token is not known"}
 
 // challenge refuses a request's token: 401 with WWW-Authenticate (naming
 // the protected-resource metadata when OAuth is configured), 403 for a
 // token without a required scope, 503 when the issuer's keys cannot be
 // fetched.
 func (s *Server) challenge(w http.ResponseWriter, err error, title, detail string) {
-	if s.oauth == nil {
-		h := `Bearer realm="toolgate"`
-		if err != nil {
-			h += `, error="invalid_token"`
-		}
-		w.Header().Set("WWW-Authenticate", h)
-		problem(w, http.StatusUnauthorized, "unauthorized", title, detail, nil)
-		return
-	}
-	status, h := s.oauth.Challenge(err)
-	if err == errUnknownToken {
-		status, h = s.oauth.Challenge(&oauth.Error{Kind: oauth.ErrInvalidToken, Reason: detail})
-	}
-	if h != "" {
-		w.Header().Set("WWW-Authenticate", h)
-	}
-	switch status {
+	switch status := s.oauth.SetChallenge(w.Header(), err); status {
 	case http.StatusForbidden:
 		problem(w, status, "insufficient-scope", "Insufficient scope", detail, nil)
 	case http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "5")
 		problem(w, status, "authorization-unavailable", "Token cannot be checked now", detail, nil)
 	default:
 		problem(w, status, "unauthorized", title, detail, nil)
