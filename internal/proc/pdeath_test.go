@@ -191,8 +191,15 @@ func TestPdeathsig_ChildDiesWithItsParent(t *testing.T) {
 	if err := json.Unmarshal([]byte(line), &id); err != nil {
 		t.Fatal(err)
 	}
-	if id.Pid <= 0 || id.StartTime == 0 || id.BootID == "" || id.Session <= 0 {
-		t.Fatalf("identity %+v", id)
+	// The tool's process keeps the session it was started in (Setpgid, not
+	// Setsid): this test's own, which is 0 where the test runs outside any
+	// session (a CI machine's daemon).
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Pid <= 0 || id.StartTime == 0 || id.BootID == "" || id.Session != sid {
+		t.Fatalf("identity %+v, want session %d", id, sid)
 	}
 	grand := grandchildren(t, id.Pid)
 
