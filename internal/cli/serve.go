@@ -171,7 +171,11 @@ the config file stores for it.`,
 				base = "http://" + l.Addr().String()
 			}
 			if wh := cfg.Notify.Webhook; wh != nil {
-				n, err := webui.NewNotifier(wh, base, os.LookupEnv, rt.Registry(), &webui.NotifierOptions{Logger: logger})
+				h, err := wh.ResolveHeaders(os.LookupEnv) // the file names variables, never the secrets
+				if err != nil {
+					return usageErr("%v", err)
+				}
+				n, err := webui.NewNotifier(&webui.Webhook{URL: wh.URL, Header: h}, base, rt.Registry(), &webui.NotifierOptions{Logger: logger})
 				if err != nil {
 					return usageErr("%v", err)
 				}
@@ -194,7 +198,7 @@ the config file stores for it.`,
 						return &cp, err
 					}
 				}
-				ui, err := webui.New(rt, cfg, uopts)
+				ui, err := webui.New(rt, uiConfig(cfg), uopts)
 				if err != nil {
 					return usageErr("%v", err)
 				}
@@ -249,4 +253,15 @@ func gracePeriod(cfg *server.Config) time.Duration {
 		return time.Duration(cfg.GracePeriod)
 	}
 	return 10 * time.Second
+}
+
+// uiConfig is the web UI's config from serve's config file: its tokens, the
+// HTTP API's, so that a token logs in to the UI as the principal it calls
+// the API as.
+func uiConfig(cfg *server.Config) *webui.Config {
+	c := &webui.Config{Tokens: make([]webui.Token, 0, len(cfg.Tokens))}
+	for _, t := range cfg.Tokens {
+		c.Tokens = append(c.Tokens, webui.Token{Principal: t.Principal, SHA256: t.SHA256, Approver: t.Approver})
+	}
+	return c
 }
