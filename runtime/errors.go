@@ -36,7 +36,10 @@ var (
 	ErrState         = errors.New("runtime: state error")
 )
 
-// ErrClosed is returned by Execute after Close has begun.
+// ErrClosed is returned by Execute after Close has begun. It is also the
+// cause with which Close stops the calls still running when its context
+// ends, and with which a front end's shutdown (server.Server.Shutdown)
+// stops the calls it started: such a call's error wraps it.
 var ErrClosed = errors.New("runtime: closed")
 
 // ValidationError: the input (rule 1) or the output (rule 9) does not match

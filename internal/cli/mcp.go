@@ -245,11 +245,7 @@ func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server
 		return internalErr(err)
 	case <-ctx.Done():
 	}
-	grace := time.Duration(cfg.GracePeriod)
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	sctx, cancel := context.WithTimeout(context.Background(), gracePeriod(cfg))
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()
