@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 )
 
 // Capability is a capability name with an optional scope.
@@ -40,7 +39,7 @@ func Parse(s string) (Capability, error) {
 	if scope == "" {
 		return Capability{}, fmt.Errorf("%w %q: empty scope after ':'", ErrInvalid, s)
 	}
-	if strings.IndexFunc(scope, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+	if strings.ContainsFunc(scope, spaceOrControl) {
 		return Capability{}, fmt.Errorf("%w %q: scope contains whitespace or control characters", ErrInvalid, s)
 	}
 	if slices.Contains(strings.Split(scope, "/"), "..") {
