@@ -246,7 +246,7 @@ func checkApprovalKeys(approver string, keys []string) (int, error) {
 			return i, fmt.Errorf("%q: %q is not a key (name+hash+key, as toolgate intent keygen prints it)", approver, k)
 		}
 	}
-	return -1, nil
+	return 0, nil
 }
 
 // ApprovalKeys returns the keys the policy lists for signing approvals:
@@ -442,12 +442,13 @@ func scan(data []byte) (map[spot]int64, *problem) {
 	seen := map[string]bool{}
 	for d.More() {
 		field, off, err := key(d, data)
-		switch {
-		case err != nil:
+		if err != nil {
 			return at, nil
-		case !slices.Contains(policyFields, field):
+		}
+		if !slices.Contains(policyFields, field) {
 			return at, &problem{off, fmt.Sprintf("unknown field %q; a policy has \"version\", \"principals\" and \"approvalKeys\"", field)}
-		case seen[field]:
+		}
+		if seen[field] {
 			return at, &problem{off, fmt.Sprintf("%q is listed twice", field)}
 		}
 		seen[field] = true
@@ -486,12 +487,14 @@ func scanMembers(d *json.Decoder, data []byte, field string, at map[spot]int64) 
 		}
 		seen[k] = true
 		at[spot{field, k, -1}] = off
-		switch tok, err := d.Token(); {
-		case err != nil:
+		tok, err := d.Token()
+		if err != nil {
 			return nil, err
-		case tok == nil: // null: no grants
+		}
+		if tok == nil { // null: no grants
 			continue
-		case tok != json.Delim('['):
+		}
+		if tok != json.Delim('[') {
 			return nil, errNotShaped
 		}
 		for i := 0; d.More(); i++ {
