@@ -189,30 +189,9 @@ func BenchmarkGatewayEcho(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	file := filepath.Join(dir, "gateway.yaml")
-	if err := os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
-  - name: bench
-    command: %q
-    args: ["-test.run=^$"]
-    env: {%s: upstream}
-    limits: {max_execution_time: 30s}
-`, self, bareEnv)), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	grants := map[string][]capability.Capability{principal: {capability.MustParse("mcp.call:bench")}}
+	file := echoUpstreamFile(b, dir, self)
 	open := func(name string, noSync bool) *tgruntime.Runtime {
-		gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: os.Stderr})
-		b.Cleanup(func() { gw.Close() })
-		reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rt, err := tgruntime.Open(filepath.Join(dir, name), &tgruntime.Options{Registry: reg, NoSync: noSync, Grants: grants})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { rt.Close(ctx) })
-		return rt
+		return echoRuntime(b, file, filepath.Join(dir, name), noSync)
 	}
 	rtNoSync, rtSync := open("nosync.db", true), open("sync.db", false)
 
@@ -280,4 +259,68 @@ func BenchmarkGatewayEcho(b *testing.B) {
 	b.ReportMetric(p50[2]-p50[1], "durable-µs")
 	b.ReportMetric(p50[3]-p50[2], "outer-µs")
 	b.ReportMetric(0, "ns/op") // the loops' sum, which says nothing
+}
+
+// echoUpstreamFile writes a registry file putting the upstream of toolgate
+// bench --gateway (bench.ServeEcho, run from the test binary self) behind
+// the gateway as the server "bench".
+func echoUpstreamFile(b *testing.B, dir, self string) string {
+	file := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
+  - name: bench
+    command: %q
+    args: ["-test.run=^$"]
+    env: {%s: upstream}
+    limits: {max_execution_time: 30s}
+`, self, bareEnv)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return file
+}
+
+// echoRuntime opens a runtime on db with the gateway tools of file, the
+// principal granted mcp.call:bench.
+func echoRuntime(b *testing.B, file, db string, noSync bool) *tgruntime.Runtime {
+	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: os.Stderr})
+	b.Cleanup(func() { gw.Close() })
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		b.Fatal(err)
+	}
+	grants := map[string][]capability.Capability{principal: {capability.MustParse("mcp.call:bench")}}
+	rt, err := tgruntime.Open(db, &tgruntime.Options{Registry: reg, NoSync: noSync, Grants: grants})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rt.Close(context.Background()) })
+	return rt
+}
+
+// BenchmarkGatewayTool is the in-process part of a gateway call alone:
+// Execute of the upstream's echo tool (the runtime, the gateway tool, its
+// hop to the upstream), sync off; its allocations are the toolgate
+// process's (the upstream is a child).
+//
+//	go test -run '^$' -bench GatewayTool -benchtime 2000x -benchmem ./mcp
+func BenchmarkGatewayTool(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	rt := echoRuntime(b, echoUpstreamFile(b, dir, self), filepath.Join(dir, "nosync.db"), true)
+	ctx := context.Background()
+	inv := tgruntime.Invocation{Tool: "bench.echo", Input: json.RawMessage(`{"text":"hello, upstream"}`), Principal: principal}
+	for range 20 {
+		if _, err := rt.Execute(ctx, inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if res, err := rt.Execute(ctx, inv); err != nil || res.State != "COMPLETED" {
+			b.Fatal(err, res)
+		}
+	}
 }
