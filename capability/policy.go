@@ -11,12 +11,14 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/toolgate/toolgate/internal/uuid"
+	"github.com/toolgate/toolgate/rules"
 )
 
 // ErrPolicy is wrapped by every error loading or building a policy.
@@ -32,7 +34,8 @@ type Policy struct {
 	grants       map[string][]Capability
 	approvalKeys map[string][]string // approver (or "*") -> verifier keys
 	revision     string
-	err          error // the load failure of a deny-all policy
+	err          error      // the load failure of a deny-all policy
+	rules        *rules.Set // the Cedar policies over a call's arguments, if any
 }
 
 // NewPolicy builds a policy from a Go value: each principal and the
@@ -79,6 +82,13 @@ type policyFile struct {
 	// ApprovalKeys maps approvers to the keys whose signatures make their
 	// approvals count (see [Policy.ApprovalKeys]).
 	ApprovalKeys map[string][]string `json:"approvalKeys"`
+	// Cedar names the files of Cedar policies over a call's arguments
+	// (package rules), relative to the policy file's directory.
+	Cedar []string `json:"cedar"`
+	// Groups maps each group to its member principals: Cedar policies see
+	// them as Toolgate::Group entities, and @approval("GROUP") lets only
+	// its members approve.
+	Groups map[string][]string `json:"groups"`
 }
 
 // ParsePolicy parses the JSON form of a policy:
@@ -176,16 +186,66 @@ func ParsePolicyChecked(name string, data []byte, check func(grant string) error
 		grants[principal] = gs
 	}
 	p, err := NewPolicy(grants)
-	if err != nil || f.ApprovalKeys == nil {
-		return p, err
+	if err != nil {
+		return nil, err
 	}
-	for approver := range f.ApprovalKeys {
-		if err := checkApprovalKeys(approver, f.ApprovalKeys[approver]); err != nil {
-			return nil, fmt.Errorf("%s: %w", where(offsetOfKey(data, approver)), err)
+	if f.ApprovalKeys != nil {
+		for approver := range f.ApprovalKeys {
+			if err := checkApprovalKeys(approver, f.ApprovalKeys[approver]); err != nil {
+				return nil, fmt.Errorf("%s: %w", where(offsetOfKey(data, approver)), err)
+			}
+		}
+		if p, err = p.WithApprovalKeys(f.ApprovalKeys); err != nil {
+			return nil, err
 		}
 	}
-	return p.WithApprovalKeys(f.ApprovalKeys)
+	for _, g := range slices.Sorted(maps.Keys(f.Groups)) {
+		if err := checkPrincipal(g); err != nil {
+			return nil, fmt.Errorf("%s: group: %w", where(offsetOfKey(data, g)), err)
+		}
+		for _, m := range f.Groups[g] {
+			if err := checkPrincipal(m); err != nil {
+				return nil, fmt.Errorf("%s: group %q: %w", where(offsetOfKey(data, g)), g, err)
+			}
+		}
+	}
+	if len(f.Cedar) == 0 && len(f.Groups) == 0 {
+		return p, nil
+	}
+	if len(f.Cedar) == 0 {
+		return nil, fmt.Errorf("%w: %s: \"groups\" are for Cedar policies, and \"cedar\" names none", ErrPolicy, where(offsetOfKey(data, "groups")))
+	}
+	files := make([]string, len(f.Cedar))
+	for i, c := range f.Cedar {
+		if c == "" {
+			return nil, fmt.Errorf("%w: %s: an empty Cedar file name", ErrPolicy, where(offsetOfKey(data, "cedar")))
+		}
+		files[i] = c
+		if !filepath.IsAbs(c) && name != "" {
+			files[i] = filepath.Join(filepath.Dir(name), c)
+		}
+	}
+	set, err := rules.Load(files, f.Groups)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	return p.WithRules(set), nil
 }
+
+// WithRules returns a policy with p's grants and approval keys whose
+// calls are also decided by set, Cedar policies over a call's arguments
+// (nil: none). Its revision covers set's.
+func (p *Policy) WithRules(set *rules.Set) *Policy {
+	q := *p
+	q.rules = set
+	q.revision = q.computeRevision()
+	return &q
+}
+
+// Rules returns the policy's Cedar policies over a call's arguments, or
+// nil when it has none. A call must be granted its capabilities by the
+// policy and not be forbidden by them (see package rules).
+func (p *Policy) Rules() *rules.Set { return p.rules }
 
 // maxApprovalKeys bounds the keys listed for one approver.
 const maxApprovalKeys = 64
@@ -197,7 +257,7 @@ const maxApprovalKeys = 64
 // prints it (name+hash+key); its form is checked by the runtime that uses
 // the policy. A nil or empty map lists none.
 func (p *Policy) WithApprovalKeys(keys map[string][]string) (*Policy, error) {
-	q := &Policy{grants: p.grants, err: p.err}
+	q := &Policy{grants: p.grants, err: p.err, rules: p.rules}
 	if len(keys) > 0 {
 		q.approvalKeys = make(map[string][]string, len(keys))
 	}
@@ -331,6 +391,10 @@ func (p *Policy) computeRevision() string {
 		// revision it had before approval keys existed.
 		k, _ := json.Marshal(p.approvalKeys)
 		b = append(append(b, "\x00approvalKeys"...), k...)
+	}
+	if p.rules != nil {
+		// Likewise only when there are any.
+		b = append(append(b, "\x00cedar"...), p.rules.Revision()...)
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
