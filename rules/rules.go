@@ -247,6 +247,37 @@ func (s *Set) CheckActions(known func(tool, version string) bool) error {
 	return nil
 }
 
+// MayAsk reports whether an @approval policy of the set may match a call
+// of tool@version (by its action scope; its conditions decide the call):
+// whether such a call may need a person's approval.
+func (s *Set) MayAsk(tool, version string) bool {
+	match := func(u types.EntityUID) bool {
+		return string(u.Type) == ActionType && (string(u.ID) == tool || string(u.ID) == tool+"@"+version)
+	}
+	for id, p := range s.policies {
+		if !s.info[id].approval {
+			continue
+		}
+		switch sc := p.AST().Action.(type) {
+		case ast.ScopeTypeEq:
+			if match(sc.Entity) {
+				return true
+			}
+		case ast.ScopeTypeIn:
+			if match(sc.Entity) {
+				return true
+			}
+		case ast.ScopeTypeInSet:
+			if slices.ContainsFunc(sc.Entities, match) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // Request is a call, as a policy set decides it.
 type Request struct {
 	Principal string

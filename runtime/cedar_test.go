@@ -117,6 +117,9 @@ func TestCedar_ApprovalByArguments(t *testing.T) {
 			t.Errorf("%s %s: %v, %v", c.tool, c.input, err, res.State)
 			continue
 		}
+		if res.Error == nil || res.Error.Code != "approval_required" {
+			t.Errorf("%s %s: the denial's code: %+v", c.tool, c.input, res.Error)
+		}
 		ev := eventIn(t, rt, res.ExecutionID, lifecycle.Denied)
 		if d := ev.Decision; d == nil || d.Cedar == nil || d.Cedar.Effect != "approval" || !slices.Equal(d.Cedar.Policies, []string{c.policy}) || d.Cedar.Revision != rev {
 			t.Errorf("%s %s: the denial's record: %+v", c.tool, c.input, ev.Decision)
@@ -218,6 +221,9 @@ func TestCedar_ForbidOverridesGrant(t *testing.T) {
 	res, err := rt.Execute(ctx, bot(`{"args": ["delete", "pod", "web-1"]}`))
 	if !errors.Is(err, tgruntime.ErrAuthorization) || res.State != lifecycle.Denied || !strings.Contains(err.Error(), "forbidden by Cedar policy no-kubectl-delete") {
 		t.Fatalf("kubectl delete: %v, %v", err, res.State)
+	}
+	if res.Error == nil || res.Error.Code != "cedar_forbidden" {
+		t.Errorf("the denial's code: %+v", res.Error)
 	}
 	ev := eventIn(t, rt, res.ExecutionID, lifecycle.Denied)
 	if d := ev.Decision; d.Cedar == nil || d.Cedar.Effect != "deny" || !slices.Equal(d.Cedar.Policies, []string{"no-kubectl-delete"}) || len(d.Missing) != 0 {

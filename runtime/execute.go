@@ -347,7 +347,7 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 		// A path the handle would refuse is refused here, before anything
 		// runs, with the handle's own error (td.Err).
 		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
-			Missing: d.Missing, Err: td.Err, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
+			Missing: d.Missing, Err: td.Err, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason, Cedar: td.Rules})
 	}
 	m.Fire(lifecycle.EventGranted, "")
 	sp.transitioned(m, nil)

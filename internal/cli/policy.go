@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/explain"
+	"github.com/toolgate/toolgate/rules"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -58,7 +59,45 @@ func (g *globals) policy() (*capability.Policy, error) {
 	if err != nil {
 		return p, usageErr("%s: %v", from, err)
 	}
+	if set := p.Rules(); set != nil {
+		if known := g.knownTool(); known != nil {
+			if err := set.CheckActions(known); err != nil {
+				err = fmt.Errorf("%w: %w", capability.ErrPolicy, err)
+				return capability.DenyAll(err), usageErr("%s: %v", from, err)
+			}
+		}
+	}
 	return p, nil
+}
+
+// knownTool reports whether a tool (version "": any version) is
+// registered, for the actions of Cedar policies: nil when the registry
+// cannot be read (the command that loads it says why). The tools of
+// upstream MCP servers not started yet are taken as known; the runtime
+// checks them again once they are.
+func (g *globals) knownTool() func(tool, version string) bool {
+	reg, upstreams := g.reg, false
+	if reg == nil {
+		path := g.registryPath
+		if path == "" {
+			path = os.Getenv("TOOLGATE_REGISTRY")
+		}
+		var err error
+		if path == "" {
+			if reg, err = builtinRegistry(); err != nil {
+				return nil
+			}
+		} else if reg, err = tools.LoadRegistryFileWith(path, func(servers []tools.MCPServer) ([]tools.Tool, error) {
+			upstreams = len(servers) > 0
+			return nil, nil
+		}, tools.Builtins()...); err != nil {
+			return nil
+		}
+	}
+	return func(tool, version string) bool {
+		_, err := reg.Lookup(tool, version)
+		return err == nil || upstreams
+	}
 }
 
 // knownNames are the capability names a grant of the policy can mean
@@ -211,13 +250,28 @@ func printDecision(stdio Stdio, v checkView, held []capability.Capability) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	switch {
 	case v.Allowed && v.RequiresApproval:
-		fmt.Fprintf(stdio.Out, "ALLOWED AS AN APPROVED INTENT: %s may run %s once a person approves the exact call (toolgate intent propose); called directly, it is denied\n", v.Principal, v.Tool)
+		who := "a person"
+		if v.Cedar != nil && len(v.Cedar.Approvers) > 0 {
+			who = "a member of " + strings.Join(v.Cedar.Approvers, " and ")
+		}
+		fmt.Fprintf(stdio.Out, "ALLOWED AS AN APPROVED INTENT: %s may run %s once %s approves the exact call (toolgate intent propose); called directly, it is denied\n", v.Principal, v.Tool, who)
 	case v.Allowed:
 		fmt.Fprintf(stdio.Out, "ALLOWED: %s may run %s\n", v.Principal, v.Tool)
 	default:
 		fmt.Fprintf(stdio.Out, "DENIED: %s may not run %s\n", v.Principal, v.Tool)
 	}
 	fmt.Fprintf(w, "policy revision\t%s\n", v.PolicyRevision)
+	if v.CedarPolicySet != "" {
+		fmt.Fprintf(w, "cedar policy set\t%s\n", v.CedarPolicySet)
+	}
+	switch c := v.Cedar; {
+	case c == nil && v.CedarPolicySet != "":
+		fmt.Fprintln(w, "cedar\tnot decided: Cedar policies decide on the call's input (--input)")
+	case c != nil && c.Effect == rules.Allow:
+		fmt.Fprintln(w, "cedar\tallow: no policy forbids this call")
+	case c != nil:
+		fmt.Fprintf(w, "cedar\t%s by %s: %s\n", c.Effect, strings.Join(c.Policies, ", "), c.Reason)
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason\t%s\n", v.Reason)
 	}
