@@ -187,12 +187,21 @@ func Load(files []string, groups map[string][]string) (*Set, error) {
 // <input>:3:24 ...").
 var parseLoc = regexp.MustCompile(`at <input>:(\d+):(\d+) (.*)$`)
 
+// parseExpect is cedar-go's "a token was not the one expected" message.
+var parseExpect = regexp.MustCompile(`^"(.*)": exact got (.*) want (.*)$`)
+
 func parseError(file string, err error) *Error {
 	msg := strings.TrimPrefix(err.Error(), "parser error: ")
 	if m := parseLoc.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		col, _ := strconv.Atoi(m[2])
-		return &Error{File: file, Line: line, Column: col, Reason: "does not parse: " + m[3]}
+		why := m[3]
+		if e := parseExpect.FindStringSubmatch(why); e != nil {
+			why = fmt.Sprintf("expected %q, found %q", e[3], e[2])
+		} else if tok, rest, ok := strings.Cut(why, ": "); ok {
+			why = rest + " at " + tok
+		}
+		return &Error{File: file, Line: line, Column: col, Reason: "does not parse: " + why}
 	}
 	return &Error{File: file, Reason: "does not parse: " + msg}
 }
