@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -46,10 +47,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	"github.com/cedar-policy/cedar-go/x/exp/ast"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The entity types of a call's request.
@@ -98,6 +102,77 @@ type Set struct {
 	groups   map[string][]string           // group -> members
 	parents  map[string]types.EntityUIDSet // principal -> its groups
 	groupEnt map[types.EntityUID]types.Entity
+	byAction sync.Map // "TOOL@VERSION" -> policyList: the policies whose action scope may match it
+	// principals keeps the entities of principals without token scopes
+	// and claims (principal -> *types.Entity), at most
+	// maxCachedPrincipals of them (cached counts them).
+	principals sync.Map
+	cached     atomic.Int64
+}
+
+// policyList is the policies a call's action may match, in load order.
+type policyList []listed
+
+type listed struct {
+	id cedar.PolicyID
+	p  *cedar.Policy
+}
+
+func (l policyList) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		for _, x := range l {
+			if !yield(x.id, x.p) {
+				return
+			}
+		}
+	}
+}
+
+// forAction returns the policies whose action scope may match a call of
+// tool@version: a policy for another tool's action is never evaluated.
+func (s *Set) forAction(tool, version string) policyList {
+	key := tool + "@" + version
+	if l, ok := s.byAction.Load(key); ok {
+		return l.(policyList)
+	}
+	var l policyList
+	for i := range len(s.policies) {
+		id := cedar.PolicyID(strconv.Itoa(i))
+		p := s.policies[id]
+		if !actionMayMatch(p, tool, version) {
+			continue
+		}
+		// The action scope matches every call of tool@version exactly (its
+		// action is in itself and in the tool's action, nothing else):
+		// evaluated without it, the policy decides the same, without
+		// building the scope's set of actions on each call.
+		if _, all := p.AST().Action.(ast.ScopeTypeAll); !all {
+			a := *p.AST()
+			a.Action = ast.ScopeTypeAll{}
+			q := cedar.NewPolicyFromAST(&a)
+			q.SetFilename(p.Position().Filename)
+			p = q
+		}
+		l = append(l, listed{id, p})
+	}
+	s.byAction.Store(key, l)
+	return l
+}
+
+// actionMayMatch reports whether p's action scope may match a call of
+// tool@version (whose action's parent is the tool's action).
+func actionMayMatch(p *cedar.Policy, tool, version string) bool {
+	self := types.NewEntityUID(ActionType, types.String(tool+"@"+version))
+	parent := types.NewEntityUID(ActionType, types.String(tool))
+	switch sc := p.AST().Action.(type) {
+	case ast.ScopeTypeEq:
+		return sc.Entity == self
+	case ast.ScopeTypeIn:
+		return sc.Entity == self || sc.Entity == parent
+	case ast.ScopeTypeInSet:
+		return slices.Contains(sc.Entities, self) || slices.Contains(sc.Entities, parent)
+	}
+	return true
 }
 
 type policyInfo struct {
@@ -244,13 +319,17 @@ func (s *Set) CheckActions(known func(tool, version string) bool) error {
 		case ast.ScopeTypeInSet:
 			uids = sc.Entities
 		}
+		pos := s.info[id].pos
 		for _, u := range uids {
 			tool, version, _ := strings.Cut(string(u.ID), "@")
 			if string(u.Type) != ActionType || !known(tool, version) {
-				pos := s.info[id].pos
 				return &Error{File: pos.Filename, Line: pos.Line, Column: pos.Column,
 					Reason: fmt.Sprintf("action %s names no registered tool: an action is %s::\"TOOL@VERSION\" or %s::\"TOOL\" ('toolgate tools' lists them)", u, ActionType, ActionType)}
 			}
+		}
+		if sc, ok := s.policies[id].AST().Action.(ast.ScopeTypeEq); ok && !strings.Contains(string(sc.Entity.ID), "@") {
+			return &Error{File: pos.Filename, Line: pos.Line, Column: pos.Column,
+				Reason: fmt.Sprintf("action == %s never matches: a call's action is %s::\"%s@VERSION\"; write action in %s to match every version", sc.Entity, ActionType, sc.Entity.ID, sc.Entity)}
 		}
 	}
 	return nil
@@ -329,7 +408,7 @@ func (s *Set) Decide(r Request) Decision {
 		Resource:  types.NewEntityUID(ToolType, types.String(r.Tool)),
 		Context:   ctx,
 	}
-	_, diag := cedar.Authorize(s.policies, ents, req)
+	_, diag := cedar.Authorize(s.forAction(r.Tool, r.Version), ents, req)
 	if len(diag.Errors) > 0 {
 		var msgs []string
 		for _, e := range diag.Errors {
@@ -371,54 +450,83 @@ func (s *Set) Decide(r Request) Decision {
 }
 
 // entities are the entities of one request: its principal (attributes
-// and groups), its action (whose parent is the tool's action) and the
-// groups.
+// and groups), its action (whose parent is the tool's action), its tool
+// and the groups. Each is built once, when a policy first reads it.
 type entities struct {
 	s                 *Set
 	r                 *Request
 	principal, action types.EntityUID
+	pEnt, aEnt, tEnt  *types.Entity
 }
 
 func (e *entities) Get(uid types.EntityUID) (types.Entity, bool) {
 	switch {
 	case uid == e.principal:
-		scopes := make([]types.Value, len(e.r.Scopes))
-		for i, sc := range e.r.Scopes {
-			scopes[i] = types.String(sc)
+		if e.pEnt == nil {
+			e.pEnt = e.s.principalEntity(e.r)
 		}
-		claims := make(types.RecordMap, len(e.r.Claims))
-		for k, vs := range e.r.Claims {
-			set := make([]types.Value, len(vs))
-			for i, v := range vs {
-				set[i] = types.String(v)
-			}
-			claims[types.String(k)] = types.NewSet(set...)
-		}
-		return types.Entity{UID: uid, Parents: e.s.parents[e.r.Principal], Attributes: types.NewRecord(types.RecordMap{
-			"scopes": types.NewSet(scopes...), "claims": types.NewRecord(claims),
-		})}, true
+		return *e.pEnt, true
 	case uid == e.action:
-		return types.Entity{UID: uid, Parents: types.NewEntityUIDSet(types.NewEntityUID(ActionType, types.String(e.r.Tool)))}, true
+		if e.aEnt == nil {
+			e.aEnt = &types.Entity{UID: uid, Parents: types.NewEntityUIDSet(types.NewEntityUID(ActionType, types.String(e.r.Tool)))}
+		}
+		return *e.aEnt, true
 	case uid.Type == ToolType && string(uid.ID) == e.r.Tool:
-		return types.Entity{UID: uid, Attributes: types.NewRecord(types.RecordMap{"version": types.String(e.r.Version)})}, true
+		if e.tEnt == nil {
+			e.tEnt = &types.Entity{UID: uid, Attributes: types.NewRecord(types.RecordMap{"version": types.String(e.r.Version)})}
+		}
+		return *e.tEnt, true
 	}
 	ent, ok := e.s.groupEnt[uid]
 	return ent, ok
+}
+
+// maxCachedPrincipals bounds the principal entities a set keeps.
+const maxCachedPrincipals = 4096
+
+// principalEntity is r's principal as an entity. That of a caller without
+// a token's scopes and claims is the same on every call: it is kept.
+func (s *Set) principalEntity(r *Request) *types.Entity {
+	plain := len(r.Scopes) == 0 && len(r.Claims) == 0
+	if plain {
+		if e, ok := s.principals.Load(r.Principal); ok {
+			return e.(*types.Entity)
+		}
+	}
+	scopes := make([]types.Value, len(r.Scopes))
+	for i, sc := range r.Scopes {
+		scopes[i] = types.String(sc)
+	}
+	claims := make(types.RecordMap, len(r.Claims))
+	for k, vs := range r.Claims {
+		set := make([]types.Value, len(vs))
+		for i, v := range vs {
+			set[i] = types.String(v)
+		}
+		claims[types.String(k)] = types.NewSet(set...)
+	}
+	e := &types.Entity{UID: types.NewEntityUID(PrincipalType, types.String(r.Principal)), Parents: s.parents[r.Principal],
+		Attributes: types.NewRecord(types.RecordMap{"scopes": types.NewSet(scopes...), "claims": types.NewRecord(claims)})}
+	if plain && s.cached.Add(1) <= maxCachedPrincipals {
+		s.principals.Store(r.Principal, e)
+	}
+	return e
 }
 
 // contextOf is the request's context: the input, as Cedar values.
 func contextOf(r Request) (types.Record, error) {
 	input := types.Value(types.NewRecord(nil))
 	if len(bytes.TrimSpace(r.Input)) > 0 {
-		d := json.NewDecoder(bytes.NewReader(r.Input))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
+		d := decoders.Get().(*jsontext.Decoder)
+		d.Reset(bytes.NewReader(r.Input))
+		v, err := valueOf(d, "input")
+		d.Reset(bytes.NewReader(nil))
+		decoders.Put(d)
+		if err != nil {
 			return types.Record{}, err
 		}
-		var err error
-		if input, err = valueOf(v, "input"); err != nil {
-			return types.Record{}, err
+		if v != nil {
+			input = v
 		}
 	}
 	return types.NewRecord(types.RecordMap{
@@ -426,60 +534,83 @@ func contextOf(r Request) (types.Record, error) {
 	}), nil
 }
 
-// valueOf turns a decoded JSON value into a Cedar value. null has none in
-// Cedar: a field that is null is left out of its record (`has` is false).
-func valueOf(v any, at string) (types.Value, error) {
-	switch v := v.(type) {
-	case string:
-		return types.String(v), nil
-	case bool:
-		return types.Boolean(v), nil
-	case json.Number:
-		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-			return types.Long(i), nil
-		}
-		f, err := v.Float64()
-		if err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<63 {
-			return types.Long(int64(f)), nil
-		}
-		d, derr := types.ParseDecimal(string(v))
-		if derr != nil {
-			if err == nil {
-				d, derr = types.NewDecimalFromFloat(f)
-			}
-			if derr != nil {
-				return nil, fmt.Errorf("%s: the number %s is neither a whole number nor a decimal Cedar holds (4 places, about ±922337203685477)", at, v)
-			}
-		}
-		return d, nil
-	case []any:
-		vals := make([]types.Value, 0, len(v))
-		for i, x := range v {
-			if x == nil {
-				continue
-			}
-			cv, err := valueOf(x, fmt.Sprintf("%s[%d]", at, i))
+var decoders = sync.Pool{New: func() any { return jsontext.NewDecoder(bytes.NewReader(nil)) }}
+
+// valueOf reads the next JSON value of d as a Cedar value. null has none in
+// Cedar (nil is returned): a field that is null is left out of its record
+// (`has` is false), an element out of its set. A JSON array becomes a set:
+// its order and repetitions are lost.
+func valueOf(d *jsontext.Decoder, at string) (types.Value, error) {
+	tok, err := d.ReadToken()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", at, err)
+	}
+	switch tok.Kind() {
+	case 'n':
+		return nil, nil
+	case 't', 'f':
+		return types.Boolean(tok.Bool()), nil
+	case '"':
+		return types.String(tok.String()), nil
+	case '0':
+		return number(tok.String(), at)
+	case '[':
+		var vals []types.Value
+		for i := 0; d.PeekKind() != ']'; i++ {
+			v, err := valueOf(d, at+"["+strconv.Itoa(i)+"]")
 			if err != nil {
 				return nil, err
 			}
-			vals = append(vals, cv)
+			if v != nil {
+				vals = append(vals, v)
+			}
+		}
+		if _, err := d.ReadToken(); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
 		}
 		return types.NewSet(vals...), nil
-	case map[string]any:
-		rec := make(types.RecordMap, len(v))
-		for k, x := range v {
-			if x == nil {
-				continue
+	case '{':
+		rec := types.RecordMap{}
+		for d.PeekKind() != '}' {
+			name, err := d.ReadToken()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", at, err)
 			}
-			cv, err := valueOf(x, at+"."+k)
+			k := name.String()
+			v, err := valueOf(d, at+"."+k)
 			if err != nil {
 				return nil, err
 			}
-			rec[types.String(k)] = cv
+			if v != nil {
+				rec[types.String(k)] = v
+			}
+		}
+		if _, err := d.ReadToken(); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
 		}
 		return types.NewRecord(rec), nil
 	}
 	return nil, fmt.Errorf("%s: a value Cedar cannot hold", at)
+}
+
+// number is a JSON number as a Cedar value: a Long when whole, else a
+// decimal.
+func number(raw, at string) (types.Value, error) {
+	if i, err := strconv.ParseInt(raw, 10, 64); err == nil {
+		return types.Long(i), nil
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	if err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+		return types.Long(int64(f)), nil
+	}
+	d, derr := types.ParseDecimal(raw)
+	if derr != nil && err == nil {
+		d, derr = types.NewDecimalFromFloat(f)
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("%s: the number %s is neither a whole number nor a decimal Cedar holds (4 places, about ±922337203685477)", at, raw)
+	}
+	return d, nil
 }
 
 func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

@@ -12,7 +12,7 @@ import (
 	"github.com/toolgate/toolgate/rules"
 )
 
-func write(t *testing.T, name, src string) string {
+func write(t testing.TB, name, src string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
@@ -110,7 +110,14 @@ func TestCheckActions(t *testing.T) {
 	if err := s.CheckActions(known); err != nil {
 		t.Fatal(err)
 	}
-	err := s.CheckActions(func(tool, version string) bool { return tool != "git.push" || version == "" })
+	eq, err := rules.Load([]string{write(t, "eq.cedar", "\n  forbid(principal, action == Toolgate::Action::\"refund\", resource);")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eq.CheckActions(known); err == nil || !strings.Contains(err.Error(), `eq.cedar:2:3: action == Toolgate::Action::"refund" never matches`) {
+		t.Errorf("== a tool without its version: %v", err)
+	}
+	err = s.CheckActions(func(tool, version string) bool { return tool != "git.push" || version == "" })
 	var re *rules.Error
 	if !errors.As(err, &re) || re.Line != 7 || re.Column != 1 || !strings.Contains(err.Error(), `Toolgate::Action::"git.push@1.0.0" names no registered tool`) {
 		t.Fatalf("got %v", err)
