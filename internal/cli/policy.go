@@ -34,6 +34,15 @@ A policy that cannot be read or is invalid is refused (exit 2, naming the file,
 line and column): its grants are checked as --allow checks its values, so a
 capability name no tool requires (a typo) and '*' are errors.
 
+A policy may also name Cedar files over a call's arguments ("cedar":
+["rules.cedar"], relative to the policy file) and groups of principals
+("groups": {"finance": ["fiona"]}): a call must be granted by the policy and
+not forbidden by a Cedar policy; a forbid annotated @approval("GROUP") makes
+it run only as an intent a member of GROUP approved. Cedar never grants. A
+Cedar file that does not parse, or names an action for no tool, is refused
+(exit 2, naming the file, line and column). 'policy check --input' shows the
+Cedar decision: the policy ids and the policy set's revision.
+
 A filesystem grant names a place: its symbolic links are followed once, when
 the grant is made (the policy is loaded, or --allow is given), and the tool is
 held to where they led, following no link in it afterwards. "policy check"
