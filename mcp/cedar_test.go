@@ -28,6 +28,8 @@ func TestCedar_MCPApprovalAndDenial(t *testing.T) {
 forbid(principal, action in Toolgate::Action::"shop.refund", resource) when { context.input.amount > 100 };
 @id("no-big-order")
 forbid(principal, action in Toolgate::Action::"shop.refund", resource) when { context.input.order == "BIG" };
+@id("no-void")
+forbid(principal == Toolgate::Principal::"` + principal + `", action in Toolgate::Action::"shop.void", resource);
 `
 	if err := os.WriteFile(filepath.Join(dir, "shop.cedar"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
@@ -49,12 +51,17 @@ forbid(principal, action in Toolgate::Action::"shop.refund", resource) when { co
 		ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 5 * time.Second},
 	}
 	reg := tools.NewRegistry()
-	if err := reg.Register(tools.NewRaw(d, func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
+	body := func(ctx context.Context, env *tools.Env, in json.RawMessage) (json.RawMessage, error) {
 		var v struct{ Amount int }
 		json.Unmarshal(in, &v)
 		return json.Marshal(map[string]int{"refunded": v.Amount})
-	})); err != nil {
-		t.Fatal(err)
+	}
+	void := d
+	void.ID = "shop.void"
+	for _, x := range []tools.Declaration{d, void} {
+		if err := reg.Register(tools.NewRaw(x, body)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg.Freeze()
 	rt, err := tgruntime.Open(filepath.Join(dir, "tg.db"), &tgruntime.Options{Registry: reg, NoSync: true, Policy: pol})
@@ -65,6 +72,20 @@ forbid(principal, action in Toolgate::Action::"shop.refund", resource) when { co
 	cs := pipeSession(t, rt, &mcp.Options{Principal: principal}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+
+	// tools/list: a tool whose Cedar policies read the arguments is shown
+	// (the call decides); one a policy forbids this caller outright is not.
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range list.Tools {
+		names = append(names, tl.Name)
+	}
+	if !slices.Contains(names, "shop.refund") || slices.Contains(names, "shop.void") {
+		t.Errorf("tools/list: %v; want shop.refund, not shop.void", names)
+	}
 
 	completed(t, call(t, ctx, cs, "shop.refund", map[string]any{"order": "A1", "amount": 40}, nil))
 

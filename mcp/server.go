@@ -288,11 +288,7 @@ type request struct {
 func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 	r := request{}
 	r.principal, r.grants, r.token = s.caller(req.Extra)
-	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		if id, ok := req.Extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
-			r.scopes, r.claims = id.Scopes, id.Claims
-		}
-	}
+	r.scopes, r.claims = tokenClaims(req.Extra)
 	meta := req.Params.Meta
 	if v, ok := meta[s.tagKey].(string); ok {
 		r.session, r.rpcID, _ = strings.Cut(v, " ")

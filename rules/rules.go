@@ -389,6 +389,10 @@ type Decision struct {
 	Revision  string   `json:"revision"`
 	// Reason says why, in the user's terms, for Deny and Approval.
 	Reason string `json:"reason,omitempty"`
+	// Failed is set for a Deny because a policy failed on the call (or
+	// the input could not be given to the policies), not because one
+	// forbids it.
+	Failed bool `json:"failed,omitempty"`
 }
 
 // Decide evaluates the policy set on r.
@@ -396,7 +400,7 @@ func (s *Set) Decide(r Request) Decision {
 	d := Decision{Effect: Allow, Revision: s.revision}
 	ctx, err := contextOf(r)
 	if err != nil {
-		d.Effect, d.Reason = Deny, "the input cannot be given to the Cedar policies: "+err.Error()
+		d.Effect, d.Reason, d.Failed = Deny, "the input cannot be given to the Cedar policies: "+err.Error(), true
 		return d
 	}
 	ents := &entities{s: s, r: &r}
@@ -417,7 +421,7 @@ func (s *Set) Decide(r Request) Decision {
 		}
 		slices.Sort(d.Policies)
 		slices.Sort(msgs)
-		d.Effect, d.Reason = Deny, "a Cedar policy failed on this call, which denies it: "+strings.Join(msgs, "; ")
+		d.Effect, d.Reason, d.Failed = Deny, "a Cedar policy failed on this call, which denies it: "+strings.Join(msgs, "; "), true
 		return d
 	}
 	var plain, ask, groups []string
