@@ -101,6 +101,9 @@ func TestCedar_PolicyCheckAndRun(t *testing.T) {
 	if r.code != ExitCompleted || !strings.HasPrefix(r.stdout, "ALLOWED: agent may run git.push") {
 		t.Errorf("push topic: exit %d\n%s", r.code, r.stdout)
 	}
+	if r := toolgate(t, "", "policy", "show"); !regexp.MustCompile(`cedar policy set +` + set + ` \(3 policies in shop.cedar\)`).MatchString(r.stdout) {
+		t.Errorf("policy show:\n%s", r.stdout)
+	}
 	// Without --input, Cedar cannot decide: policy check says so.
 	if r := toolgate(t, "", "policy", "check", "--principal", "agent", "git.push"); !strings.Contains(r.stdout, "Cedar policies decide on the call's input (--input)") {
 		t.Errorf("without --input:\n%s", r.stdout)

@@ -368,10 +368,17 @@ func newPolicyShowCmd(g *globals, stdio Stdio) *cobra.Command {
 				for _, p := range policy.Principals() {
 					grants[p] = capability.Strings(policy.Grants(p))
 				}
-				return encodeJSON(stdio, map[string]any{"revision": policy.Revision(), "principals": grants})
+				v := map[string]any{"revision": policy.Revision(), "principals": grants}
+				if set := policy.Rules(); set != nil {
+					v["cedar"] = map[string]any{"revision": set.Revision(), "files": set.Files(), "policies": set.Len()}
+				}
+				return encodeJSON(stdio, v)
 			}
 			w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "revision\t%s\n", policy.Revision())
+			if set := policy.Rules(); set != nil {
+				fmt.Fprintf(w, "cedar policy set\t%s (%d policies in %s)\n", set.Revision(), set.Len(), strings.Join(set.Files(), ", "))
+			}
 			for _, p := range policy.Principals() {
 				var gs []string
 				for _, g := range policy.Grants(p) {
