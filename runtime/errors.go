@@ -80,6 +80,8 @@ func (e *AuthorizationError) Error() string {
 	switch {
 	case e.Err != nil:
 		return fmt.Sprintf("runtime: %s: %v", e.Tool, strings.TrimPrefix(e.Err.Error(), "tools: "))
+	case e.Reason != "" && len(e.Missing) == 0 && e.Cedar != nil && e.Cedar.Effect != rules.Allow:
+		return fmt.Sprintf("runtime: denied: %s: %s", e.Tool, e.Reason)
 	case e.Reason != "":
 		return fmt.Sprintf("runtime: capability denied: %s: %s", e.Tool, e.Reason)
 	}
