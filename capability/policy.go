@@ -11,12 +11,14 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/toolgate/toolgate/internal/uuid"
+	"github.com/toolgate/toolgate/rules"
 )
 
 // ErrPolicy is wrapped by every error loading or building a policy.
@@ -32,7 +34,8 @@ type Policy struct {
 	grants       map[string][]Capability
 	approvalKeys map[string][]string // approver (or "*") -> verifier keys
 	revision     string
-	err          error // the load failure of a deny-all policy
+	err          error      // the load failure of a deny-all policy
+	rules        *rules.Set // the Cedar policies over a call's arguments, if any
 }
 
 // NewPolicy builds a policy from a Go value: each principal and the
@@ -84,6 +87,13 @@ type policyFile struct {
 	// ApprovalKeys maps approvers to the keys whose signatures make their
 	// approvals count (see [Policy.ApprovalKeys]).
 	ApprovalKeys map[string][]string `json:"approvalKeys"`
+	// Cedar names the files of Cedar policies over a call's arguments
+	// (package rules), relative to the policy file's directory.
+	Cedar []string `json:"cedar"`
+	// Groups maps each group to its member principals: Cedar policies see
+	// them as Toolgate::Group entities, and @approval("GROUP") lets only
+	// its members approve.
+	Groups map[string][]string `json:"groups"`
 }
 
 // ParsePolicy parses the JSON form of a policy:
@@ -181,16 +191,66 @@ func ParsePolicyChecked(name string, data []byte, check func(grant string) error
 		grants[principal] = gs
 	}
 	p, err := NewPolicy(grants)
-	if err != nil || f.ApprovalKeys == nil {
-		return p, err
+	if err != nil {
+		return nil, err
 	}
 	for _, approver := range inFileOrder(at, "approvalKeys", f.ApprovalKeys) {
 		if i, err := checkApprovalKeys(approver, f.ApprovalKeys[approver]); err != nil {
 			return nil, fail(at[spot{"approvalKeys", approver, i}], "approvalKeys: %v", err)
 		}
 	}
-	return p.WithApprovalKeys(f.ApprovalKeys)
+	if f.ApprovalKeys != nil {
+		if p, err = p.WithApprovalKeys(f.ApprovalKeys); err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range inFileOrder(at, "groups", f.Groups) {
+		if err := checkName("group", g); err != nil {
+			return nil, fail(at[spot{"groups", g, -1}], "%v", err)
+		}
+		for i, m := range f.Groups[g] {
+			if err := checkName("principal", m); err != nil {
+				return nil, fail(at[spot{"groups", g, i}], "group %q: %v", g, err)
+			}
+		}
+	}
+	if len(f.Cedar) == 0 && len(f.Groups) == 0 {
+		return p, nil
+	}
+	if len(f.Cedar) == 0 {
+		return nil, fail(at[spot{"groups", "", fieldKey}], "\"groups\" are for Cedar policies, and \"cedar\" names none")
+	}
+	files := make([]string, len(f.Cedar))
+	for i, c := range f.Cedar {
+		if c == "" {
+			return nil, fail(at[spot{"cedar", "", i}], "an empty Cedar file name")
+		}
+		files[i] = c
+		if !filepath.IsAbs(c) && name != "" {
+			files[i] = filepath.Join(filepath.Dir(name), c)
+		}
+	}
+	set, err := rules.Load(files, f.Groups)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	return p.WithRules(set), nil
 }
+
+// WithRules returns a policy with p's grants and approval keys whose
+// calls are also decided by set, Cedar policies over a call's arguments
+// (nil: none). Its revision covers set's.
+func (p *Policy) WithRules(set *rules.Set) *Policy {
+	q := *p
+	q.rules = set
+	q.revision = q.computeRevision()
+	return &q
+}
+
+// Rules returns the policy's Cedar policies over a call's arguments, or
+// nil when it has none. A call must be granted its capabilities by the
+// policy and not be forbidden by them (see package rules).
+func (p *Policy) Rules() *rules.Set { return p.rules }
 
 // maxApprovalKeys bounds the keys listed for one approver, and
 // maxApprovalKey the length of one key, in bytes.
@@ -210,7 +270,7 @@ const (
 // in sorted order and the first error is returned. A nil or empty map lists
 // none, and keeps the revision of the policy without keys.
 func (p *Policy) WithApprovalKeys(keys map[string][]string) (*Policy, error) {
-	q := &Policy{grants: p.grants, err: p.err}
+	q := &Policy{grants: p.grants, err: p.err, rules: p.rules}
 	if len(keys) > 0 {
 		q.approvalKeys = make(map[string][]string, len(keys))
 	}
@@ -348,6 +408,10 @@ func (p *Policy) computeRevision() string {
 		k, _ := json.Marshal(p.approvalKeys)
 		b = append(append(b, "\x00approvalKeys"...), k...)
 	}
+	if p.rules != nil {
+		// Likewise only when there are any.
+		b = append(append(b, "\x00cedar"...), p.rules.Revision()...)
+	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -408,8 +472,9 @@ func mustBe(te *json.UnmarshalTypeError) string {
 }
 
 // spot names a place in a policy file: the key of a member of its field
-// "principals" or "approvalKeys" (item -1), or the item-th string of that
-// member's list.
+// "principals", "approvalKeys" or "groups" (item -1), or the item-th string
+// of that member's list; the item-th file name of "cedar" (key ""); a
+// field's own key (key "", item fieldKey).
 type spot struct {
 	field, key string
 	item       int
@@ -422,7 +487,10 @@ type problem struct {
 }
 
 // policyFields are the members of a policy file, spelt as they must be.
-var policyFields = []string{"version", "principals", "approvalKeys"}
+var policyFields = []string{"version", "principals", "approvalKeys", "cedar", "groups"}
+
+// fieldKey is the item of a spot that places a field's own key.
+const fieldKey = -2
 
 // scan walks the JSON of a policy file as it is written, before it is
 // decoded, for what decoding does not tell: where each principal, approver,
@@ -446,12 +514,19 @@ func scan(data []byte) (map[spot]int64, *problem) {
 			return at, nil
 		}
 		if !slices.Contains(policyFields, field) {
-			return at, &problem{off, fmt.Sprintf("unknown field %q; a policy has \"version\", \"principals\" and \"approvalKeys\"", field)}
+			return at, &problem{off, fmt.Sprintf("unknown field %q; a policy has \"version\", \"principals\", \"approvalKeys\", \"cedar\" and \"groups\"", field)}
 		}
 		if seen[field] {
 			return at, &problem{off, fmt.Sprintf("%q is listed twice", field)}
 		}
 		seen[field] = true
+		at[spot{field, "", fieldKey}] = off
+		if field == "cedar" { // a list of file names
+			if bad, err := scanList(d, data, field, at); bad != nil || err != nil {
+				return at, bad
+			}
+			continue
+		}
 		if field == "version" {
 			if err := d.Decode(new(json.RawMessage)); err != nil {
 				return at, nil
@@ -475,7 +550,7 @@ func scanMembers(d *json.Decoder, data []byte, field string, at map[spot]int64) 
 	if tok != json.Delim('{') {
 		return nil, errNotShaped
 	}
-	kind := map[string]string{"principals": "principal", "approvalKeys": "approver"}[field]
+	kind := map[string]string{"principals": "principal", "approvalKeys": "approver", "groups": "group"}[field]
 	seen := map[string]bool{}
 	for d.More() {
 		k, off, err := key(d, data)
@@ -504,6 +579,26 @@ func scanMembers(d *json.Decoder, data []byte, field string, at map[spot]int64) 
 			}
 		}
 		if _, err := d.Token(); err != nil {
+			return nil, err
+		}
+	}
+	_, err = d.Token()
+	return nil, err
+}
+
+// scanList records the strings of the list d is at, the value of field,
+// in at (spot{field, "", i}). Its error stops the scan.
+func scanList(d *json.Decoder, data []byte, field string, at map[spot]int64) (*problem, error) {
+	tok, err := d.Token()
+	if err != nil || tok == nil {
+		return nil, err
+	}
+	if tok != json.Delim('[') {
+		return nil, errNotShaped
+	}
+	for i := 0; d.More(); i++ {
+		at[spot{field, "", i}] = stringAt(data, d.InputOffset())
+		if err := d.Decode(new(json.RawMessage)); err != nil {
 			return nil, err
 		}
 	}

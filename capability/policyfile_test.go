@@ -129,15 +129,25 @@ func TestParsePolicy_RefusesWhatJSONWouldAcceptSilently(t *testing.T) {
 		{`{"version": 1, "principals": {"alice": ["state.read:a"]}, "principals": {"alice": ["state.write:b"]}}`,
 			`p.json:1:60: "principals" is listed twice`},
 		{`{"version": 1, "principals": {"alice": ["state.read:a"]}, "Principals": {"alice": ["state.write:b"]}}`,
-			`p.json:1:60: unknown field "Principals"; a policy has "version", "principals" and "approvalKeys"`},
+			`p.json:1:60: unknown field "Principals"; a policy has "version", "principals", "approvalKeys", "cedar" and "groups"`},
 		{`{"Version": 1, "PRINCIPALS": {}}`,
-			`p.json:1:3: unknown field "Version"; a policy has "version", "principals" and "approvalKeys"`},
+			`p.json:1:3: unknown field "Version"; a policy has "version", "principals", "approvalKeys", "cedar" and "groups"`},
 		{`{"version": 2, "principals": {}, "version": 1}`,
 			`p.json:1:35: "version" is listed twice`},
 		{`{"version": 1, "principals": null, "approvalKeys": {"a": ["k"]}, "approvalKeys": {"a": ["j"]}}`,
 			`p.json:1:67: "approvalKeys" is listed twice`},
 		{`{"version": 1, "roles": {}}`,
-			`p.json:1:17: unknown field "roles"; a policy has "version", "principals" and "approvalKeys"`},
+			`p.json:1:17: unknown field "roles"; a policy has "version", "principals", "approvalKeys", "cedar" and "groups"`},
+		// The Cedar fields: groups without Cedar files, a group or member
+		// that is not a name, an empty file name, each where it is written.
+		{`{"version": 1, "groups": {"g": ["a"]}}`,
+			`p.json:1:17: "groups" are for Cedar policies, and "cedar" names none`},
+		{`{"version": 1, "cedar": ["r.cedar"], "groups": {"g": ["a", "b c"]}}`,
+			`p.json:1:61: group "g": principal "b c" contains whitespace or control characters`},
+		{`{"version": 1, "cedar": ["r.cedar", ""], "groups": {}}`,
+			`p.json:1:38: an empty Cedar file name`},
+		{`{"version": 1, "cedar": [], "groups": {"g": []}, "groups": {}}`,
+			`p.json:1:51: "groups" is listed twice`},
 	} {
 		if got := parseErr(t, "p.json", tc.file); got != tc.want {
 			t.Errorf("%s:\n error %q\n  want %q", tc.file, got, tc.want)

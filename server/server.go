@@ -398,6 +398,22 @@ func (s *Server) callerGrants(who TokenConfig) []capability.Capability {
 	return out
 }
 
+// callerScopes and callerClaims are what the policy's Cedar policies see
+// of a token's holder: its scopes and grant claims.
+func callerScopes(who TokenConfig) []string {
+	if who.Identity == nil {
+		return nil
+	}
+	return who.Identity.Scopes
+}
+
+func callerClaims(who TokenConfig) map[string][]string {
+	if who.Identity == nil {
+		return nil
+	}
+	return who.Identity.Claims
+}
+
 // callerToken is what records keep of a token's holder's call.
 func callerToken(who TokenConfig) *audit.Token {
 	if who.Identity == nil {
@@ -472,7 +488,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	defer release()
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
-		Grants: s.callerGrants(who), Token: callerToken(who),
+		Grants: s.callerGrants(who), Token: callerToken(who), Scopes: callerScopes(who), Claims: callerClaims(who),
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
 		BypassIdempotency: req.BypassIdempotency, // audited: every event of the call says so
 	}
@@ -920,6 +936,9 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", nil)
 	case errors.As(err, &ie) && ie.Code == "intent_malformed":
 		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", tgruntime.Message(err), nil)
+	case errors.As(err, &ie) && ie.Code == "intent_approver_not_allowed":
+		// A Cedar policy lets only the members of a group approve it.
+		problem(w, http.StatusForbidden, "approver-not-allowed", "Not an approver of this call", tgruntime.Message(err), nil)
 	case errors.As(err, &ie) && ie.Code == "intent_unsigned":
 		// The policy lists approval keys, and this server's key (serve
 		// --approval-key) is not one listed for the approver.
@@ -1011,7 +1030,7 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal,
-		Grants: s.callerGrants(who), Token: callerToken(who)})
+		Grants: s.callerGrants(who), Token: callerToken(who), Scopes: callerScopes(who), Claims: callerClaims(who)})
 	var ie *tgruntime.IntentError
 	if !errors.As(err, &ie) {
 		s.answer(w, res, err)
