@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -272,11 +271,11 @@ func (e *Env) allowCommand(name, abs string) error {
 // directory when dir is "".
 func (e *Env) processDir(dir string) (string, func(), error) {
 	if dir == "" {
-		tmp, err := os.MkdirTemp("", "toolgate-proc-")
+		tmp, err := scratch.make()
 		if err != nil {
 			return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
 		}
-		return tmp, func() { os.RemoveAll(tmp) }, nil
+		return tmp, func() { scratch.remove(tmp) }, nil
 	}
 	fsys := e.FS("filesystem.read")
 	abs, err := fsys.abs(dir)
