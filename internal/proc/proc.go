@@ -270,7 +270,7 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		stderr.scan = newScanner(want...)
 	}
 
-	cmd := exec.CommandContext(ctx, abs, spec.Args...)
+	cmd := exec.Command(abs, spec.Args...)
 	cmd.Args[0] = spec.Path
 	if tr := trampoline(); tr != "" && (spec.MaxFileSize > 0 || memory == MemoryPrlimit) {
 		// prlimit(1) sets the limits, then execs the command: they hold from
@@ -283,32 +283,45 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 			args = append(args, "--as="+strconv.FormatInt(spec.MaxMemory, 10))
 		}
 		args = append(append(args, "--", abs), spec.Args...)
-		cmd = exec.CommandContext(ctx, tr, args[1:]...)
+		cmd = exec.Command(tr, args[1:]...)
 	}
 	cmd.Env = append([]string{}, spec.Env...) // never nil: nil would inherit ours
 	cmd.Dir = spec.Dir
 	cmd.Stdin = spec.Stdin
+	if spec.Stdin == nil {
+		if f := devNull(); f != nil {
+			cmd.Stdin = f // else os/exec opens /dev/null itself
+		}
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if cg != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.fd
 	}
-	cmd.Cancel = func() error {
+	// Bounds the wait for the output pipes once the leader has exited (on
+	// its own, or killed at the end of ctx below).
+	cmd.WaitDelay = r.opts.WaitDelay
+
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		return nil, launchError(spec, abs, err) // as exec.CommandContext's Start
+	}
+	if err := startChild(cmd); err != nil {
+		return nil, launchError(spec, abs, err)
+	}
+	pid := cmd.Process.Pid
+	// The end of ctx kills the group: a callback of ctx, where
+	// exec.CommandContext would start a goroutine per run to watch it. If
+	// ctx ends before k.started below, k.started makes the kill.
+	stopWatch := context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			k.kill(LimitTimeout, int64(timeoutMax), fmt.Sprintf("killed the process group after %v", timeoutMax.Round(time.Millisecond)))
 		} else {
 			k.kill("canceled", 0, "")
 		}
-		return nil
-	}
-	cmd.WaitDelay = r.opts.WaitDelay
-
-	start := time.Now()
-	if err := startChild(cmd); err != nil {
-		return nil, launchError(spec, abs, err)
-	}
-	pid := cmd.Process.Pid
+	})
+	defer stopWatch()
 
 	// Limits on the child, as soon as Start returns: see "The prlimit race"
 	// in the package doc.
@@ -551,6 +564,17 @@ func launchError(spec *Spec, abs string, err error) error {
 	}
 	return &LaunchError{Kind: KindOther, Command: spec.Path, Reason: abs, Err: err}
 }
+
+// devNull is /dev/null open for reading, the standard input of every run
+// without Spec.Stdin (os/exec would open and close it for each); nil if it
+// cannot be opened.
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+})
 
 // trampoline returns the path of util-linux prlimit(1) when it is
 // installed where a system installs it, root-owned and writable by no one
