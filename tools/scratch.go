@@ -104,6 +104,15 @@ func (s *scratchDirs) done() {
 	}
 }
 
+// waitIdle waits until nothing runs in the background.
+func (s *scratchDirs) waitIdle() {
+	s.mu.Lock()
+	for s.busy > 0 {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
+}
+
 // settle waits until nothing runs in the background, then removes the
 // spares.
 func (s *scratchDirs) settle() {
