@@ -25,7 +25,8 @@
 //     a truncation flag and its total size.
 //   - Run returns within about the timeout plus Options.WaitDelay (500 ms
 //     by default) even if a process that left the group holds the output
-//     pipes.
+//     pipes (twice WaitDelay if it also holds a Spec.Stdin that is not a
+//     file, whose copy os/exec bounds after ours).
 //   - A run that hit a limit returns what was captured until then, a Result
 //     naming the limit, and a [*LimitError]; a timeout is never a success.
 //   - A limit that cannot be enforced is never skipped silently: Run refuses
@@ -118,8 +119,11 @@
 //
 // # Concurrency
 //
-// A Runner is safe for concurrent use; it holds no per-run state. Each Run
-// uses a few goroutines, all finished when it returns (except os/exec's
-// copy of a Spec.Stdin reader blocked in Read, which os/exec leaves behind
-// after WaitDelay).
+// A Runner is safe for concurrent use; it holds no per-run state. Run
+// reads the output pipes itself, in poll(2) with a pidfd of the leader
+// (every 10 ms a look at the leader where the kernel has no pidfd), and
+// watches the context through a callback: a run starts no goroutine of its
+// own but the watchdog's, and os/exec's copy of a Spec.Stdin that is not a
+// file (which os/exec leaves behind after WaitDelay if it is blocked in
+// Read). The fork itself is handed to the spawner thread (spawn.go).
 package proc

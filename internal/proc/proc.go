@@ -150,6 +150,9 @@ func (o *Options) Validate() error {
 type Runner struct {
 	opts Options
 	caps Capabilities
+	// noPidfd waits for the leader as on a kernel without pidfd_open
+	// (before Linux 5.3), for the tests.
+	noPidfd bool
 }
 
 // New returns a Runner with the options (nil: DefaultOptions), after
@@ -293,7 +296,11 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 			cmd.Stdin = f // else os/exec opens /dev/null itself
 		}
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	pipes, err := newOutputPipes()
+	if err != nil {
+		return nil, launchError(spec, abs, err)
+	}
+	cmd.Stdout, cmd.Stderr = pipes.w[0], pipes.w[1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if cg != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -305,9 +312,13 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
+		pipes.close()
 		return nil, launchError(spec, abs, err) // as exec.CommandContext's Start
 	}
-	if err := startChild(cmd); err != nil {
+	err = startChild(cmd)
+	pipes.started()
+	if err != nil {
+		pipes.close()
 		return nil, launchError(spec, abs, err)
 	}
 	pid := cmd.Process.Pid
@@ -353,16 +364,11 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		}
 	}
 
-	// Wait for the leader to exit without reaping it, so its pid, which is
-	// the group's id, cannot be reused while we kill the rest of the group.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	k.finish()
+	// Read the output while waiting for the leader to exit, without
+	// reaping it, so that its pid, which is the group's id, cannot be
+	// reused while we kill the rest of the group (k.finish, as soon as it
+	// has exited); then until the pipes end, or WaitDelay.
+	pipes.drain(pid, !r.noPidfd, [2]*capture{stdout, stderr}, r.opts.WaitDelay, k.finish)
 	var peak int64
 	if wd != nil {
 		peak = wd.halt()
