@@ -43,8 +43,9 @@ type Command struct {
 	// Dir is the working directory: at or below a granted
 	// filesystem.read or filesystem.write scope, relative to the Env's
 	// WorkDir, checked with its symbolic links resolved. "" runs the
-	// process in a fresh empty directory, removed afterwards. The check
-	// happens before the start: a link swapped in between is not caught.
+	// process in a fresh empty directory of its own, removed afterwards (in
+	// the background: WaitProcessDirs). The check happens before the
+	// start: a link swapped in between is not caught.
 	// That is acceptable because the working directory is no boundary: a
 	// process reads and writes whatever its user may.
 	Dir string
