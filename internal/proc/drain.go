@@ -89,8 +89,10 @@ func (p *outputPipes) drain(pid int, usePidfd bool, out [2]*capture, wait time.D
 			timeout = 10
 		}
 		if _, err := unix.Poll(fds, timeout); err != nil && !errors.Is(err, unix.EINTR) {
-			// Cannot happen with valid descriptors; wait for the exit
-			// without reading, as the end of the pipes is bounded anyway.
+			// Cannot happen with valid descriptors. Stop reading, and close
+			// the pipes first, so that a child writing to a full one is not
+			// stuck (it gets EPIPE) while we wait for it to exit.
+			p.close()
 			if !done {
 				waitExit(pid)
 				exited()
