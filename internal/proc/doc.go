@@ -110,8 +110,8 @@
 //   - Processes that leave the process group (setsid, setpgid, a daemon)
 //     are not killed on the prlimit path; only cgroup.kill reaches them.
 //   - If our own process dies (even by SIGKILL), the child dies with it: it
-//     is started with SIGKILL as its parent-death signal, from one OS thread
-//     that lives as long as the process (see spawn.go for why). Only the
+//     is started with SIGKILL as its parent-death signal, from an OS thread
+//     that outlives it (see spawn.go for why and how). Only the
 //     direct child gets that signal: the rest of its group outlives us,
 //     until Reap, given the Identity that Spec.OnStart recorded, kills it.
 //   - Usage.MaxRSS is from wait4(2): the child and the descendants it waited
@@ -125,5 +125,6 @@
 // watches the context through a callback: a run starts no goroutine of its
 // own but the watchdog's, and os/exec's copy of a Spec.Stdin that is not a
 // file (which os/exec leaves behind after WaitDelay if it is blocked in
-// Read). The fork itself is handed to the spawner thread (spawn.go).
+// Read). The goroutine that calls Run stays on its OS thread from the fork
+// to the reap (spawn.go).
 package proc

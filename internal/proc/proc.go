@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,7 +316,11 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		pipes.close()
 		return nil, launchError(spec, abs, err) // as exec.CommandContext's Start
 	}
-	err = startChild(cmd)
+	// This goroutine's thread is the child's parent thread, kept until the
+	// child is reaped below (see spawn.go).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err = startLocked(cmd)
 	pipes.started()
 	if err != nil {
 		pipes.close()
