@@ -19,7 +19,9 @@ import (
 // the churn of one directory per call, scans past the inodes freed in the
 // last seconds: together a few hundred microseconds, more than the rest of
 // the call. WaitProcessDirs, which Runtime.Close calls, waits for the
-// removals and removes the spares.
+// removals and removes the spares. A process killed before that (SIGKILL)
+// leaves its spare, empty, beside the directory of the process it was
+// running, which it left before there was a spare.
 var scratch = newScratchDirs()
 
 type scratchDirs struct {
