@@ -552,7 +552,8 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		OnProcess:   c.r.procs.observer(c.decl.ID),
 		Stager:      c.stage,
 	}
-	env.OnProcessStart = (&procRecord{r: c.r, tx: tx, tool: c.decl.ID}).started
+	procs := &procRecord{r: c.r, tx: tx, tool: c.decl.ID}
+	env.OnProcessStart = procs.started
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block
@@ -567,6 +568,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 					o = outcome{err: &ExecutionError{Tool: c.decl.ID, Err: errors.New("the tool called runtime.Goexit")}}
 				}
 			}
+			procs.returned()
 			release() // before the send, so a caller that got the outcome finds the slot free
 			done <- o
 		}()

@@ -361,6 +361,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		}
 		r.abortAll()
 		r.pool.close()
+		tools.WaitProcessDirs() // the fresh working directories of its processes, removed in the background
 		if r.ownsStore {
 			r.closeErr = errors.Join(waitErr, r.store.Close())
 		} else {
