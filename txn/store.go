@@ -123,12 +123,9 @@ type Store struct {
 // if needed, and checks its format version. A file that is not a database
 // yields an error wrapping ErrCorrupt, a database from a newer format
 // version one wrapping ErrIncompatible, and a lock held by another Store or
-// process one wrapping ErrLocked: ReadHolder then says, when the holder
-// recorded it, which process holds it. A read-only open of a database that
+// process one wrapping ErrLocked. A read-only open of a database that
 // does not exist yet (no bbolt file; no toolgate schema in the Postgres
-// database) yields an error wrapping fs.ErrNotExist. A Store opened for
-// writing records this process in the holder file (HolderPath) and removes
-// it on Close.
+// database) yields an error wrapping fs.ErrNotExist.
 func Open(path string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = DefaultOptions()
@@ -186,9 +183,6 @@ func Open(path string, opts *Options) (*Store, error) {
 	if err := initialize(db, path, opts.ReadOnly); err != nil {
 		_ = db.Close()
 		return nil, err
-	}
-	if !opts.ReadOnly {
-		recordHolder(path) // who holds it, for the message of the next process that finds it locked
 	}
 	return &Store{path: path, db: db, readOnly: opts.ReadOnly}, nil
 }
@@ -317,9 +311,6 @@ func (s *Store) Close() error {
 	s.writers.Wait() // queued writes finish: their outcome is never left unknown
 	if s.be != nil {
 		return s.be.close()
-	}
-	if !s.readOnly {
-		dropHolder(s.path) // while the lock still keeps any other process from writing it
 	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("txn: close %s: %w", s.path, err)

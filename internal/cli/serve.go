@@ -161,6 +161,9 @@ the config file stores for it.`,
 			if err != nil {
 				return err
 			}
+			// The server closes the runtime when it stops; this closes the
+			// store under it, and removes the holder file, after that.
+			defer rt.Close(context.Background())
 			base := cfg.Notify.BaseURL
 			if base == "" {
 				base = "http://" + l.Addr().String()
@@ -190,7 +193,7 @@ the config file stores for it.`,
 						return &cp, err
 					}
 				}
-				ui, err := webui.New(rt, cfg, uopts)
+				ui, err := webui.New(rt.Runtime, cfg, uopts)
 				if err != nil {
 					rt.Close(cmd.Context())
 					return usageErr("%v", err)
@@ -198,12 +201,12 @@ the config file stores for it.`,
 				// Its requests are logged and traced as the API's are.
 				sopts.Handlers = map[string]http.Handler{"/ui/": ui} // with spans and the request log, as the API
 			}
-			srv, err := server.New(rt, cfg, sopts)
+			srv, err := server.New(rt.Runtime, cfg, sopts)
 			if err != nil {
 				rt.Close(cmd.Context())
 				return usageErr("%v", err)
 			}
-			stopSocket := g.startLocalSocket(cmd.Context(), rt, cfg, noSocket, stdio.Err) // localsock.go
+			stopSocket := g.startLocalSocket(cmd.Context(), rt.Runtime, cfg, noSocket, stdio.Err) // localsock.go
 			defer stopSocket()
 			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
 			if !noUI {
