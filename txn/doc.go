@@ -18,7 +18,9 @@
 // preparation, the recovery policy for a claim, a Tx's buffer and
 // read-set. The group committer, the audit group's encoding and the audit
 // head's checks are the contract's, shared by the backends. One
-// conformance suite holds every backend to the contract.
+// conformance suite (package txn/storetest) holds every backend, a user's
+// own included, to the contract; [NewStore] puts a Store on a backend
+// opened by its own package.
 //
 // # Records
 //

@@ -304,3 +304,10 @@ func validateKey(namespace, key string) error {
 	}
 	return nil
 }
+
+// NewStore returns a Store on be, an open backend (one a backend package
+// opened; a user's own), which the Store then owns: its Close closes be.
+// path is how messages and Path show the database.
+func NewStore(be driver.Backend, path string) *Store {
+	return &Store{be: be, path: path}
+}
