@@ -117,6 +117,9 @@ func scanState(tx *bolt.Tx, namespace, prefix string, n int) []driver.Entry {
 // applyWrites applies a buffered write-set to the committed state, creating
 // namespace buckets on first put.
 func applyWrites(tx *bolt.Tx, writes driver.Writes, failpoint func(string) error) error {
+	if len(writes) == 0 {
+		return nil // not even the state bucket's lookup: a claim without a guard writes none
+	}
 	state := tx.Bucket(bucketState)
 	for ns, ops := range writes {
 		b := state.Bucket([]byte(ns))
