@@ -3,12 +3,9 @@ package txn
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"strconv"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/toolgate/toolgate/txn/driver"
 )
 
 // AuditSearch calls fn, in log order, with each entry of every group of
@@ -34,13 +31,13 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 	if needle == "" {
 		return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 	}
-	if p, ok := s.be.(*pgStore); ok {
-		if err := s.ready(ctx); err != nil {
-			return err
-		}
-		return p.search(ctx, p.pool, needle, from, to, fn)
+	if err := s.ready(ctx); err != nil {
+		return err
 	}
-	return s.view(ctx, func(tx *bolt.Tx) error { return auditSearch(ctx, tx, needle, from, to, fn) })
+	if as, ok := s.be.(driver.AuditSearcher); ok {
+		return as.AuditSearch(ctx, []byte(needle), from, to, entries(fn))
+	}
+	return scanAudit(ctx, s.be, []byte(needle), from, to, entries(fn))
 }
 
 // GetWithAudit reads the record of an execution and searches the audit log
@@ -51,134 +48,73 @@ func (s *Store) AuditSearch(ctx context.Context, needle string, from, to int64, 
 // events. It returns the record, or an error wrapping ErrNotFound or
 // ErrCorrupt.
 func (s *Store) GetWithAudit(ctx context.Context, executionID string, window func(*Record) (needle string, from, to int64), fn func(AuditEntry) bool) (*Record, error) {
-	if p, ok := s.be.(*pgStore); ok {
-		return p.getWithAudit(ctx, executionID, window, fn)
+	if err := s.ready(ctx); err != nil {
+		return nil, err
 	}
 	var rec *Record
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		data := getRecord(tx, []byte(executionID))
-		if data == nil {
-			return fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
-		}
+	win := func(data []byte) ([]byte, int64, int64, error) {
 		var err error
 		if rec, err = decodeRecord(executionID, data); err != nil {
-			return err
+			return nil, 0, 0, err
 		}
 		needle, from, to := window(rec)
 		if needle == "" {
-			return fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
+			return nil, 0, 0, fmt.Errorf("%w: empty audit search", ErrInvalidRecord)
 		}
-		return auditSearch(ctx, tx, needle, from, to, fn)
-	})
+		return []byte(needle), from, to, nil
+	}
+	if as, ok := s.be.(driver.AuditSearcher); ok {
+		if _, err := as.GetWithAudit(ctx, executionID, win, entries(fn)); err != nil {
+			return nil, err
+		}
+		return rec, nil
+	}
+	// A backend without its own search: the record, then the search, each
+	// a snapshot of its own.
+	data, err := s.be.Get(ctx, executionID)
 	if err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, fmt.Errorf("%w: execution %q", ErrNotFound, executionID)
+	}
+	needle, from, to, err := win(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := scanAudit(ctx, s.be, needle, from, to, entries(fn)); err != nil {
 		return nil, err
 	}
 	return rec, nil
 }
 
-func auditSearch(ctx context.Context, tx *bolt.Tx, needle string, from, to int64, fn func(AuditEntry) bool) error {
-	n := []byte(needle)
-	to = max(to, from) // as Postgres searches: the instant from
-	{
-		log := tx.Bucket(bucketAudit)
-		if log == nil {
-			return nil
+// entries decodes each group a search finds and passes its entries to fn,
+// until fn returns true.
+func entries(fn func(AuditEntry) bool) func(seq uint64, group []byte) (bool, error) {
+	return func(seq uint64, v []byte) (bool, error) {
+		group, err := decodeGroup(seq, v)
+		if err != nil {
+			return false, err
 		}
-		c := log.Cursor()
-		// The first group (by its first seq) that has an event made at or
-		// after from: every group before it was committed before from.
-		lo, hi := uint64(1), uint64(1)
-		if k, _ := c.Last(); k != nil {
-			for ; k != nil && len(k) != 8; k, _ = c.Prev() {
-			}
-			if k != nil {
-				hi = binary.BigEndian.Uint64(k) + 1
+		for _, e := range group {
+			if fn(e) {
+				return false, nil
 			}
 		}
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			k, v := c.Seek(binary.BigEndian.AppendUint64(nil, mid))
-			if k == nil || len(k) != 8 {
-				hi = mid
-				continue
-			}
-			if _, max := timestamps(v); max < from {
-				lo = binary.BigEndian.Uint64(k) + 1
-			} else {
-				hi = mid
-			}
-		}
-		k, v := c.Seek(binary.BigEndian.AppendUint64(nil, lo))
-		if pk, pv := c.Prev(); pk != nil && len(pk) == 8 {
-			k, v = pk, pv // the group holding lo starts before it
-		} else {
-			k, v = c.Seek(binary.BigEndian.AppendUint64(nil, lo))
-		}
-		for i := 0; k != nil; k, v = c.Next() {
-			if len(k) != 8 || v == nil {
-				continue // the head
-			}
-			if i++; i%1024 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			min, max := timestamps(v)
-			if min > to {
-				return nil
-			}
-			if max < from || !bytes.Contains(v, n) {
-				continue
-			}
-			var group []AuditEntry
-			if err := json.Unmarshal(v, &group); err != nil {
-				return fmt.Errorf("%w: audit entries at %d: %v", ErrCorrupt, binary.BigEndian.Uint64(k), err)
-			}
-			for _, e := range group {
-				if fn(e) {
-					return nil
-				}
-			}
-		}
-		return nil
+		return true, nil
 	}
 }
 
-// timestamps returns the least and the greatest "timestamp" of the events
-// in a stored group, read from its bytes without decoding them: the pattern
-// cannot occur inside a JSON string, whose quotes are escaped. A group
-// without one (damaged) gives the widest range, so that it never ends or
-// narrows a search.
-func timestamps(group []byte) (min, max int64) {
-	const key = `"timestamp":`
-	min, max = 1<<63-1, -1<<63
-	found := false
-	for {
-		i := bytes.Index(group, []byte(key))
-		if i < 0 {
-			break
+// scanAudit is AuditSearch over every group of the log, for a backend
+// without a search of its own (driver.AuditSearcher).
+func scanAudit(ctx context.Context, be driver.Backend, needle []byte, from, to int64, fn func(seq uint64, group []byte) (bool, error)) error {
+	to = max(to, from)
+	return be.AuditGroups(ctx, 0, func(seq uint64, v []byte) (bool, error) {
+		if min, max := driver.Timestamps(v); max < from || min > to || !bytes.Contains(v, needle) {
+			return true, nil
 		}
-		group = group[i+len(key):]
-		j := 0
-		for j < len(group) && (group[j] == '-' || group[j] >= '0' && group[j] <= '9') {
-			j++
-		}
-		ts, err := strconv.ParseInt(string(group[:j]), 10, 64)
-		if err != nil {
-			return -1 << 63, 1<<63 - 1
-		}
-		found = true
-		if ts < min {
-			min = ts
-		}
-		if ts > max {
-			max = ts
-		}
-	}
-	if !found {
-		return -1 << 63, 1<<63 - 1
-	}
-	return min, max
+		return fn(seq, v)
+	})
 }
 
 // WalkRecords calls fn with the execution records (final ones and claims)
@@ -187,56 +123,12 @@ func timestamps(group []byte) (min, max int64) {
 // under; rec is nil and err wraps ErrCorrupt when its bytes do not decode.
 // fn must not call the Store: it runs inside the read transaction.
 func (s *Store) WalkRecords(ctx context.Context, after string, fn func(key string, rec *Record, err error) bool) error {
-	if s.be != nil {
-		return s.be.walk(ctx, after, func(id string, data []byte) bool {
-			rec, err := decodeRecord(id, data)
-			return fn(id, rec, err)
-		})
+	if err := s.ready(ctx); err != nil {
+		return err
 	}
-	return s.view(ctx, func(tx *bolt.Tx) error {
-		done := tx.Bucket(bucketExecutions).Cursor()
-		var claims *bolt.Cursor
-		if b := tx.Bucket(bucketExecuting); b != nil {
-			claims = b.Cursor()
-		}
-		seek := func(c *bolt.Cursor) ([]byte, []byte) {
-			if after == "" {
-				return c.First()
-			}
-			k, v := c.Seek([]byte(after))
-			if k != nil && string(k) == after {
-				k, v = c.Next()
-			}
-			return k, v
-		}
-		dk, dv := seek(done)
-		var ck, cv []byte
-		if claims != nil {
-			ck, cv = seek(claims)
-		}
-		for n := 0; dk != nil || ck != nil; n++ {
-			if n%1024 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			var id, data []byte
-			if ck == nil || dk != nil && bytes.Compare(dk, ck) <= 0 {
-				id, data = dk, dv
-				if ck != nil && bytes.Equal(dk, ck) {
-					ck, cv = claims.Next() // a record in both: the final one counts
-				}
-				dk, dv = done.Next()
-			} else {
-				id, data = ck, cv
-				ck, cv = claims.Next()
-			}
-			rec, err := decodeRecord(string(id), data)
-			if !fn(string(id), rec, err) {
-				return nil
-			}
-		}
-		return nil
+	return s.be.Walk(ctx, after, func(id string, data []byte) bool {
+		rec, err := decodeRecord(id, data)
+		return fn(id, rec, err)
 	})
 }
 
@@ -247,26 +139,11 @@ func (s *Store) StatePage(ctx context.Context, namespace, after string, n int) (
 	if err := validateNamespace(namespace); err != nil {
 		return nil, err
 	}
-	if s.be != nil {
-		return s.be.statePage(ctx, namespace, after, n)
+	if err := s.ready(ctx); err != nil {
+		return nil, err
 	}
-	var out []Entry
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketState).Bucket([]byte(namespace))
-		if b == nil {
-			return nil
-		}
-		c := b.Cursor()
-		k, v := c.First()
-		if after != "" {
-			if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
-				k, v = c.Next()
-			}
-		}
-		for ; k != nil && len(out) < n; k, v = c.Next() {
-			out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
-		}
-		return nil
-	})
-	return out, err
+	if n <= 0 {
+		return nil, nil
+	}
+	return s.be.StatePage(ctx, namespace, after, n)
 }

@@ -5,19 +5,22 @@
 //
 // # Backends
 //
-// [Open] with a file path opens an embedded bbolt database, the default,
-// described below. Open with a postgres:// (or postgresql://) URL opens the
-// same store in a Postgres database, through pgx: the same API, the same
-// semantics (the contract is written down in backend.go, and one
-// conformance suite runs against both), schema created and migrated on open
-// in one transaction, a schema newer than this build refused with
-// [ErrIncompatible]. On Postgres, as on bbolt, one Store at a time writes
-// (a session advisory lock; another writer gets [ErrLocked] after
-// [Options.Timeout]), writes are group-committed on the writer's own
-// connection, every write transaction first locks the audit log's head row,
-// and [Options.NoSync] sets synchronous_commit off. Read-only Stores work
-// while a writer runs. Sharing one database between several writing nodes
-// (leases, recovery of another node's claims) is not done yet.
+// The store is written once, above a contract (package txn/driver: one
+// small interface per role, records and claims, state, the audit log,
+// health, with the promises each keeps; optional ones for what only some
+// backends have: leases, a description, a search of the log by time).
+// Backends are peer packages that implement it: txn/boltstore, an
+// embedded bbolt file, the default, and txn/pgstore, a Postgres database
+// shared by many nodes. [Open] picks one by the path it is given (a file
+// path; a postgres:// or postgresql:// URL), and is the only code that
+// knows which: the rest sees the contract. What does not depend on the
+// backend is done here, once: the records' encoding, the audit events'
+// preparation, the recovery policy for a claim, a Tx's buffer and
+// read-set. The group committer, the audit group's encoding and the audit
+// head's checks are the contract's, shared by the backends. One
+// conformance suite (package txn/storetest) holds every backend, a user's
+// own included, to the contract; [NewStore] puts a Store on a backend
+// opened by its own package.
 //
 // # Records
 //

@@ -2,13 +2,8 @@ package txn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-
-	"github.com/jackc/pgx/v5"
-	bolt "go.etcd.io/bbolt"
 )
 
 // SetProcesses stores ps as the running processes of the execution, in its
@@ -32,43 +27,12 @@ func (t *Tx) SetProcesses(ctx context.Context, ps []Process) error {
 		rec.Processes = ps
 		return encodeRecord(rec)
 	}
-	var err error
-	if p, ok := t.store.be.(*pgStore); ok {
-		err = p.setClaim(ctx, t.id, set)
-	} else {
-		id := []byte(t.id)
-		err = t.store.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, id) }, func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketExecuting)
-			data, err := set(b.Get(id))
-			if err != nil {
-				return err
-			}
-			return b.Put(id, data)
-		})
+	err := t.store.ready(ctx)
+	if err == nil {
+		err = t.store.be.SetClaim(ctx, t.id, set)
 	}
 	if err != nil {
 		return fmt.Errorf("txn: record the processes of execution %q: %w", t.id, err)
 	}
 	return nil
-}
-
-// setClaim rewrites this node's claim of id with set.
-func (p *pgStore) setClaim(ctx context.Context, id string, set func([]byte) ([]byte, error)) error {
-	return p.writeReq(ctx, &pgReq{claim: true, check: func(*pgTx) error { return nil }, apply: func(t *pgTx) error {
-		var data []byte
-		err := t.tx.QueryRow(t.ctx, `SELECT data FROM toolgate_executions WHERE id = $1 AND executing AND node = $2 FOR UPDATE`,
-			[]byte(id), p.lease.node).Scan(&data)
-		if err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return &errPGAbort{fmt.Errorf("%w: execution %q is not executing on this node", ErrNotFound, id)}
-			}
-			return dbErr("read the claim of execution "+strconv.Quote(id), err)
-		}
-		out, err := set(data)
-		if err != nil {
-			return &errPGAbort{err}
-		}
-		return t.exec("store the claim of execution "+strconv.Quote(id),
-			`UPDATE toolgate_executions SET data = $2 WHERE id = $1 AND executing`, []byte(id), out)
-	}})
 }

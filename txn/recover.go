@@ -1,11 +1,10 @@
 package txn
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/toolgate/toolgate/txn/driver"
 )
 
 // Recover finishes every attempt that a crash left EXECUTING: the claim is
@@ -13,8 +12,13 @@ import (
 // such record and turns it into its terminal record (the runtime appends
 // ABORTED and ROLLED_BACK with the reason "interrupted"); all are stored in
 // one update and their claims dropped. Nothing needs undoing: a
-// transaction's writes reach the file only in its commit. Recovered attempts
-// are never run again. Recover returns the finished records.
+// transaction's writes reach the database only in its commit. Recovered
+// attempts are never run again. Recover returns the finished records.
+//
+// Which claims a crash left is the backend's to say (on bbolt every claim
+// in the file; on a shared Postgres database this node's previous run's and
+// those of nodes whose lease expired); what is done with each is said here,
+// once, for every backend (finishClaims).
 //
 // finish may return audit events for the transitions it adds; they are
 // appended in the same update.
@@ -22,61 +26,66 @@ func (s *Store) Recover(ctx context.Context, finish func(*Record) ([]AuditEvent,
 	if s.readOnly { // a reader finishes nothing, on either backend
 		return nil, ErrReadOnly
 	}
-	if s.be != nil {
-		return s.be.recover(ctx, finish)
+	if err := s.ready(ctx); err != nil {
+		return nil, err
 	}
-	var done []*Record
-	err := s.write(ctx, func(*bolt.Tx) error { return nil }, func(tx *bolt.Tx) error {
-		done = done[:0]
-		claims := tx.Bucket(bucketExecuting)
-		type claim struct{ id, data []byte }
-		var found []claim
-		if err := claims.ForEach(func(k, v []byte) error {
-			found = append(found, claim{bytes.Clone(k), bytes.Clone(v)})
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, c := range found {
-			id := c.id
-			rec, err := decodeRecord(string(id), c.data)
-			if err != nil {
-				return err
-			}
-			// Only a claim is finished: a record put in the claims by hand
-			// (a final one moved there, so that recovery would rewrite it
-			// with genuine events) is refused, never rewritten.
-			if rec.State != "EXECUTING" {
-				return fmt.Errorf("%w: the claim of execution %q is in state %s, not EXECUTING: it was changed outside toolgate", ErrCorrupt, id, rec.State)
-			}
-			if tx.Bucket(bucketExecutions).Get(id) != nil {
-				return fmt.Errorf("%w: execution %q is both claimed and final: it was changed outside toolgate", ErrCorrupt, id)
-			}
-			events, err := finish(rec)
-			if err != nil {
-				return fmt.Errorf("txn: recover execution %q: %w", id, err)
-			}
-			if rec.ExecutionID != string(id) {
-				return fmt.Errorf("%w: recovery changed execution id %q to %q", ErrInvalidRecord, id, rec.ExecutionID)
-			}
-			out, err := encodeRecord(rec)
-			if err != nil {
-				return err
-			}
-			if err := finishRecord(tx, id, out); err != nil {
-				return err
-			}
-			evs, err := prepareAudit(events)
-			if err != nil {
-				return err
-			}
-			s.pending = append(s.pending, evs...)
-			done = append(done, rec)
-		}
-		return nil
-	})
+	final, err := s.be.Recover(ctx, finishClaims(finish))
 	if err != nil {
 		return nil, err
 	}
-	return done, nil
+	return decodeClaims(final)
+}
+
+// finishClaims is the recovery policy for the claims a backend found, in
+// the transaction that found them: only a claim is finished (a record put
+// in the claims by hand, a final one moved there so that recovery would
+// rewrite it with genuine events, is refused, never rewritten), by finish,
+// which may not change its id; its events are checked and hashed as any
+// write's.
+func finishClaims(finish func(*Record) ([]AuditEvent, error)) driver.Finish {
+	return func(claims []driver.Claim) ([]driver.Claim, []driver.Event, error) {
+		final := make([]driver.Claim, 0, len(claims))
+		var all []driver.Event
+		for _, c := range claims {
+			id := c.ID
+			rec, err := decodeRecord(id, c.Data)
+			if err != nil {
+				return nil, nil, err
+			}
+			if rec.State != "EXECUTING" {
+				return nil, nil, fmt.Errorf("%w: the claim of execution %q is in state %s, not EXECUTING: it was changed outside toolgate", ErrCorrupt, id, rec.State)
+			}
+			events, err := finish(rec)
+			if err != nil {
+				return nil, nil, fmt.Errorf("txn: recover execution %q: %w", id, err)
+			}
+			if rec.ExecutionID != id {
+				return nil, nil, fmt.Errorf("%w: recovery changed execution id %q to %q", ErrInvalidRecord, id, rec.ExecutionID)
+			}
+			out, err := encodeRecord(rec)
+			if err != nil {
+				return nil, nil, err
+			}
+			evs, err := prepareAudit(events)
+			if err != nil {
+				return nil, nil, err
+			}
+			final = append(final, driver.Claim{ID: id, Data: out})
+			all = append(all, evs...)
+		}
+		return final, all, nil
+	}
+}
+
+// decodeClaims decodes the final records a recovery stored.
+func decodeClaims(cs []driver.Claim) ([]*Record, error) {
+	out := make([]*Record, 0, len(cs))
+	for _, c := range cs {
+		rec, err := decodeRecord(c.ID, c.Data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
 }

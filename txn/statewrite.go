@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/toolgate/toolgate/txn/driver"
 )
 
 // StateView is the committed state as one update sees it, plus the
@@ -14,27 +14,43 @@ import (
 // reads and changes. Its writes are applied only if the function returns
 // nil. It is valid only during the call it is passed to.
 type StateView struct {
-	tx     *bolt.Tx
-	alt    stateReader // when tx is nil: another backend's transaction
-	err    error       // alt's first read error: the update fails with it
-	writes map[string]map[string]op
+	r      driver.StateReader // the update's transaction
+	err    error              // r's first read error: the update fails with it
+	writes driver.Writes
 }
 
-// result is the outcome of the function the view was passed to: a read
-// error the function could not see wins.
-func (v *StateView) result(err error) error {
-	if v.err != nil {
-		return v.err
+// toGuard makes fn the driver.Guard of a write: it runs fn on a view of the
+// write's transaction and returns the view's writes.
+func toGuard(fn func(*StateView) error) driver.Guard {
+	if fn == nil {
+		return nil
 	}
-	return err
+	return func(r driver.StateReader) (driver.Writes, error) {
+		v := &StateView{r: r, writes: make(driver.Writes)}
+		err := fn(v)
+		if v.err != nil {
+			err = v.err // a read error the function could not see wins
+		}
+		if err != nil {
+			return nil, err
+		}
+		return v.writes, nil
+	}
 }
 
-// altGet and altScan read through alt, keeping the first error.
-func (v *StateView) altGet(namespace, key string) ([]byte, bool) {
+// Get returns the value of key: the view's own write if there is one, else
+// the committed value.
+func (v *StateView) Get(namespace, key string) ([]byte, bool) {
+	if o, ok := v.writes[namespace][key]; ok {
+		if o.Deleted {
+			return nil, false
+		}
+		return bytes.Clone(o.Value), true
+	}
 	if v.err != nil {
 		return nil, false
 	}
-	val, ok, err := v.alt.get(namespace, key)
+	val, ok, err := v.r.Get(namespace, key)
 	if err != nil {
 		v.err = err
 		return nil, false
@@ -42,41 +58,14 @@ func (v *StateView) altGet(namespace, key string) ([]byte, bool) {
 	return val, ok
 }
 
-func (v *StateView) altScan(namespace, prefix string, n int) []Entry {
-	if v.err != nil {
-		return nil
-	}
-	es, err := v.alt.scan(namespace, prefix, n)
-	if err != nil {
-		v.err = err
-		return nil
-	}
-	return es
-}
-
-// Get returns the value of key: the view's own write if there is one, else
-// the committed value.
-func (v *StateView) Get(namespace, key string) ([]byte, bool) {
-	if o, ok := v.writes[namespace][key]; ok {
-		if o.deleted {
-			return nil, false
-		}
-		return bytes.Clone(o.value), true
-	}
-	if v.tx == nil {
-		return v.altGet(namespace, key)
-	}
-	return readState(v.tx, namespace, key)
-}
-
 // Put sets key to a copy of value when the update applies.
 func (v *StateView) Put(namespace, key string, value []byte) error {
-	return v.buffer(namespace, key, op{value: bytes.Clone(value)})
+	return v.buffer(namespace, key, op{Value: bytes.Clone(value)})
 }
 
 // Delete removes key when the update applies.
 func (v *StateView) Delete(namespace, key string) error {
-	return v.buffer(namespace, key, op{deleted: true})
+	return v.buffer(namespace, key, op{Deleted: true})
 }
 
 func (v *StateView) buffer(namespace, key string, o op) error {
@@ -95,24 +84,24 @@ func (v *StateView) buffer(namespace, key string, o op) error {
 func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 	own := v.writes[namespace]
 	var es []Entry
-	if v.tx == nil {
+	if v.err == nil {
+		// The first limit entries are among the first limit+len(own)
+		// committed ones and the view's own: no need to read the rest.
 		n := 0
 		if limit > 0 {
 			n = limit + len(own)
 		}
-		es = v.altScan(namespace, prefix, n)
-	} else if limit > 0 {
-		// The first limit entries are among the first limit+len(own)
-		// committed ones and the view's own: no need to read the rest.
-		es = scanStateN(v.tx, namespace, prefix, limit+len(own))
-	} else {
-		es = scanState(v.tx, namespace, prefix)
+		var err error
+		if es, err = v.r.Scan(namespace, prefix, n); err != nil {
+			v.err = err
+			es = nil
+		}
 	}
 	if len(own) > 0 {
 		es = slices.DeleteFunc(es, func(e Entry) bool { _, ok := own[e.Key]; return ok })
 		for k, o := range own {
-			if !o.deleted && strings.HasPrefix(k, prefix) {
-				es = append(es, Entry{Key: k, Value: bytes.Clone(o.value)})
+			if !o.Deleted && strings.HasPrefix(k, prefix) {
+				es = append(es, Entry{Key: k, Value: bytes.Clone(o.Value)})
 			}
 		}
 		slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
@@ -139,19 +128,10 @@ func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error, even
 	if err != nil {
 		return err
 	}
-	if s.be != nil {
-		return s.be.updateState(ctx, fn, evs)
+	if err := s.ready(ctx); err != nil {
+		return err
 	}
-	var v *StateView
-	return s.write(ctx, func(tx *bolt.Tx) error {
-		v = &StateView{tx: tx, writes: make(map[string]map[string]op)}
-		return fn(v) // an error fails this call alone, not its batch
-	}, func(tx *bolt.Tx) error {
-		if err := applyWrites(tx, v.writes, s.failpoint); err != nil {
-			return err
-		}
-		return s.audit(evs)
-	})
+	return s.be.UpdateState(ctx, toGuard(fn), evs)
 }
 
 // DeleteState deletes keys of a state namespace in one update (see
@@ -176,27 +156,8 @@ func (s *Store) PutState(ctx context.Context, namespace, key string, value []byt
 // StateScan returns the committed entries of namespace under prefix, in
 // key order.
 func (s *Store) StateScan(ctx context.Context, namespace, prefix string) ([]Entry, error) {
-	if s.be != nil {
-		return s.be.stateScan(ctx, namespace, prefix)
+	if err := s.ready(ctx); err != nil {
+		return nil, err
 	}
-	var out []Entry
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		out = scanState(tx, namespace, prefix)
-		return nil
-	})
-	return out, err
-}
-
-// scanStateN is scanState that stops after n entries.
-func scanStateN(tx *bolt.Tx, namespace, prefix string, n int) []Entry {
-	b := tx.Bucket(bucketState).Bucket([]byte(namespace))
-	if b == nil {
-		return nil
-	}
-	var out []Entry
-	c, p := b.Cursor(), []byte(prefix)
-	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p) && len(out) < n; k, v = c.Next() {
-		out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
-	}
-	return out
+	return s.be.StateScan(ctx, namespace, prefix)
 }

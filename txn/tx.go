@@ -10,11 +10,12 @@ import (
 	"strings"
 	"sync"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/toolgate/toolgate/txn/driver"
 )
 
 // Tx is the state transaction of one execution: a buffered write-set over
-// the store's committed tool-visible state. It holds no bbolt transaction;
+// the store's committed tool-visible state. It holds no database
+// transaction;
 // reads use short read transactions and writes stay in memory until Commit
 // applies them in one update. After Commit or Rollback every method returns
 // ErrTxDone, so a tool that outlives its deadline cannot write anything.
@@ -26,25 +27,19 @@ type Tx struct {
 
 	mu     sync.Mutex
 	done   bool
-	writes map[string]map[string]op // namespace -> key -> pending op; nil once done
-	reads  map[string]map[string]op // namespace -> key -> what the first read from the store saw
-	scans  map[scanKey][32]byte     // digest of what the first scan of each prefix saw
+	writes driver.Writes                   // namespace -> key -> pending op; nil once done
+	reads  map[string]map[string]driver.Op // namespace -> key -> what the first read from the store saw
+	scans  map[scanKey][32]byte            // digest of what the first scan of each prefix saw
 }
 
 // scanKey names a scanned prefix of a namespace.
 type scanKey struct{ namespace, prefix string }
 
 // Entry is one key and value of tool-visible state.
-type Entry struct {
-	Key   string
-	Value []byte
-}
+type Entry = driver.Entry
 
-// op is a buffered write: a put of value, or a delete.
-type op struct {
-	value   []byte
-	deleted bool
-}
+// op is a buffered write: a put of Value, or a delete.
+type op = driver.Op
 
 // ID returns the execution id the Tx was begun for.
 func (t *Tx) ID() string { return t.id }
@@ -67,10 +62,10 @@ func (t *Tx) Get(namespace, key string) ([]byte, bool, error) {
 		return nil, false, ErrTxDone
 	}
 	if o, ok := t.writes[namespace][key]; ok {
-		if o.deleted {
+		if o.Deleted {
 			return nil, false, nil
 		}
-		return bytes.Clone(o.value), true, nil
+		return bytes.Clone(o.Value), true, nil
 	}
 	v, found, err := t.store.StateValue(context.Background(), namespace, key)
 	if err != nil {
@@ -83,7 +78,7 @@ func (t *Tx) Get(namespace, key string) ([]byte, bool, error) {
 		if t.reads[namespace] == nil {
 			t.reads[namespace] = make(map[string]op)
 		}
-		t.reads[namespace][key] = op{value: bytes.Clone(v), deleted: !found}
+		t.reads[namespace][key] = op{Value: bytes.Clone(v), Deleted: !found}
 	}
 	return v, found, nil
 }
@@ -102,16 +97,7 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 	if err := validateNamespace(namespace); err != nil {
 		return nil, err
 	}
-	var committed []Entry
-	var err error
-	if be := t.store.be; be != nil {
-		committed, err = be.stateScan(context.Background(), namespace, prefix)
-	} else {
-		err = t.store.view(context.Background(), func(tx *bolt.Tx) error {
-			committed = scanState(tx, namespace, prefix)
-			return nil
-		})
-	}
+	committed, err := t.store.StateScan(context.Background(), namespace, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -129,10 +115,10 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 		if !strings.HasPrefix(key, prefix) {
 			continue
 		}
-		if o.deleted {
+		if o.Deleted {
 			delete(merged, key)
 		} else {
-			merged[key] = bytes.Clone(o.value)
+			merged[key] = bytes.Clone(o.Value)
 		}
 	}
 	out := make([]Entry, 0, len(merged))
@@ -144,20 +130,6 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 		out = out[:limit]
 	}
 	return out, nil
-}
-
-// scanState returns copies of the committed entries under prefix.
-func scanState(tx *bolt.Tx, namespace, prefix string) []Entry {
-	b := tx.Bucket(bucketState).Bucket([]byte(namespace))
-	if b == nil {
-		return nil
-	}
-	var out []Entry
-	c, p := b.Cursor(), []byte(prefix)
-	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-		out = append(out, Entry{Key: string(k), Value: bytes.Clone(v)})
-	}
-	return out
 }
 
 // digest hashes a scan result unambiguously (lengths before contents).
@@ -177,20 +149,34 @@ func digest(es []Entry) [32]byte {
 	return d
 }
 
+// readSet is a Tx as the driver.ReadSet its commit checks (a conversion,
+// where a method value would allocate a closure for each commit).
+type readSet Tx
+
+func (r *readSet) Check(sr driver.StateReader) error { return (*Tx)(r).checkReads(sr) }
+
 // checkReads fails with ErrConflict when a key the Tx read from the store
-// has changed since: optimistic concurrency, so two read-modify-write
-// transactions on one key cannot both commit.
-func (t *Tx) checkReads(tx *bolt.Tx) error {
+// has changed since, as r (the commit's own transaction) sees it:
+// optimistic concurrency, so two read-modify-write transactions on one key
+// cannot both commit.
+func (t *Tx) checkReads(r driver.StateReader) error {
 	for ns, keys := range t.reads {
 		for key, saw := range keys {
-			now, found := readState(tx, ns, key)
-			if found == saw.deleted || found && !bytes.Equal(now, saw.value) {
+			now, found, err := r.Get(ns, key)
+			if err != nil {
+				return err
+			}
+			if found == saw.Deleted || found && !bytes.Equal(now, saw.Value) {
 				return fmt.Errorf("%w: %s/%s changed since this transaction read it", ErrConflict, ns, key)
 			}
 		}
 	}
 	for k, d := range t.scans {
-		if digest(scanState(tx, k.namespace, k.prefix)) != d {
+		es, err := r.Scan(k.namespace, k.prefix, 0)
+		if err != nil {
+			return err
+		}
+		if digest(es) != d {
 			return fmt.Errorf("%w: keys under %s/%q changed since this transaction scanned them", ErrConflict, k.namespace, k.prefix)
 		}
 	}
@@ -200,13 +186,13 @@ func (t *Tx) checkReads(tx *bolt.Tx) error {
 // Put buffers a write of a copy of value to key in namespace. A nil value is
 // stored as an empty one.
 func (t *Tx) Put(namespace, key string, value []byte) error {
-	return t.buffer(namespace, key, op{value: append([]byte{}, value...)})
+	return t.buffer(namespace, key, op{Value: append([]byte{}, value...)})
 }
 
 // Delete buffers the deletion of key in namespace. Deleting a missing key is
 // not an error.
 func (t *Tx) Delete(namespace, key string) error {
-	return t.buffer(namespace, key, op{deleted: true})
+	return t.buffer(namespace, key, op{Deleted: true})
 }
 
 func (t *Tx) buffer(namespace, key string, o op) error {
@@ -253,11 +239,8 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	if err != nil {
 		return err
 	}
-	s, id := t.store, []byte(t.id)
-	if s.be != nil {
-		err = s.be.commit(ctx, t, data, evs)
-	} else {
-		err = t.commitBolt(ctx, id, data, evs)
+	if err = t.store.ready(ctx); err == nil {
+		err = t.store.be.Commit(ctx, t.id, (*readSet)(t), t.writes, data, evs)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -265,31 +248,6 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 	t.end()
 	final.WriteSet = summary
 	return nil
-}
-
-// commitBolt is Commit's bbolt update.
-func (t *Tx) commitBolt(ctx context.Context, id, data []byte, evs []auditEvent) error {
-	s := t.store
-	return s.write(ctx, func(tx *bolt.Tx) error {
-		if err := s.failpoint(StepCheckReads); err != nil {
-			return err
-		}
-		if err := claimPresent(tx, id); err != nil {
-			return err
-		}
-		return t.checkReads(tx)
-	}, func(tx *bolt.Tx) error {
-		if err := applyWrites(tx, t.writes, s.failpoint); err != nil {
-			return err
-		}
-		if err := s.failpoint(StepRecord); err != nil {
-			return err
-		}
-		if err := finishRecord(tx, id, data); err != nil {
-			return err
-		}
-		return s.audit(evs)
-	})
 }
 
 // Rollback discards the buffered write-set, ends the Tx, and stores final,
@@ -313,24 +271,15 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 	summary, buf, data, err := t.seal(final, false)
 	defer putBuf(buf) // write returns once the update has ended; nil is ignored
 	t.end()
-	var evs []auditEvent
+	var evs []driver.Event
 	if err == nil {
 		evs, err = prepareAudit(events)
 	}
 	if err != nil {
 		return err
 	}
-	id := []byte(t.id)
-	if be := t.store.be; be != nil {
-		err = be.rollback(ctx, t.id, data, evs)
-	} else {
-		err = t.store.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, id) },
-			func(tx *bolt.Tx) error {
-				if err := finishRecord(tx, id, data); err != nil {
-					return err
-				}
-				return t.store.audit(evs)
-			})
+	if err = t.store.ready(ctx); err == nil {
+		err = t.store.be.Rollback(ctx, t.id, data, evs)
 	}
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)
@@ -367,7 +316,7 @@ func (t *Tx) summary(committed bool) *WriteSetSummary {
 	for ns, ops := range t.writes {
 		s.Namespaces = append(s.Namespaces, ns)
 		for _, o := range ops {
-			if o.deleted {
+			if o.Deleted {
 				s.Deletes++
 			} else {
 				s.Puts++
@@ -382,39 +331,6 @@ func (t *Tx) summary(committed bool) *WriteSetSummary {
 func (t *Tx) end() {
 	t.done = true
 	t.writes = nil
-}
-
-// applyWrites applies a buffered write-set to the committed state, creating
-// namespace buckets on first put.
-func applyWrites(tx *bolt.Tx, writes map[string]map[string]op, failpoint func(string) error) error {
-	state := tx.Bucket(bucketState)
-	for ns, ops := range writes {
-		b := state.Bucket([]byte(ns))
-		for key, o := range ops {
-			if o.deleted {
-				if b == nil {
-					continue
-				}
-				if err := b.Delete([]byte(key)); err != nil {
-					return fmt.Errorf("txn: delete %q in namespace %q: %w", key, ns, err)
-				}
-				continue
-			}
-			if b == nil {
-				var err error
-				if b, err = state.CreateBucket([]byte(ns)); err != nil {
-					return fmt.Errorf("txn: create namespace %q: %w", ns, err)
-				}
-			}
-			if err := b.Put([]byte(key), o.value); err != nil {
-				return fmt.Errorf("txn: put %q in namespace %q: %w", key, ns, err)
-			}
-			if err := failpoint(StepApplyWrite); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func hasKey[K comparable, V any](m map[K]V, k K) bool {

@@ -21,7 +21,7 @@ import (
 // The embedded database admits one writer, which holds its file lock for
 // as long as it runs ('toolgate serve', 'toolgate mcp', a long 'toolgate
 // run'); readers need a shared lock, which the writer's excludes. Another
-// command then fails: this file says who holds the database (txn.Holder,
+// command then fails: this file says who holds the database (dbHolder,
 // recorded by the holder next to the database), waits for it with --wait,
 // and reads through a holding server's HTTP API where the API has the
 // read. Postgres has no such lock.
@@ -32,8 +32,8 @@ const lockProbe = 200 * time.Millisecond
 
 // heldError: the database is locked by another process.
 type heldError struct {
-	path     string      // as shown
-	holder   *txn.Holder // nil: the holder did not record itself
+	path     string    // as shown
+	holder   *dbHolder // nil: the holder did not record itself
 	waited   time.Duration
 	command  string // the refused command, "toolgate executions"
 	readOnly bool   // an inspection command
@@ -140,7 +140,7 @@ func (g *globals) lockedErr(path string, readOnly bool, err error) error {
 	if txn.IsPostgresURL(path) {
 		return &exitError{code: ExitInternal, err: err}
 	}
-	e := &heldError{path: txn.ShownPath(path), holder: txn.ReadHolder(path), waited: g.wait, command: g.commandPath(), readOnly: readOnly}
+	e := &heldError{path: txn.ShownPath(path), holder: readHolder(path), waited: g.wait, command: g.commandPath(), readOnly: readOnly}
 	return &exitError{code: ExitInternal, err: e}
 }
 
@@ -173,7 +173,7 @@ func (g *globals) waitFor(path string, open func(timeout time.Duration) error) e
 		return err
 	}
 	who := "another process"
-	if h := txn.ReadHolder(path); h != nil {
+	if h := readHolder(path); h != nil {
 		who = fmt.Sprintf("`%s` (pid %d)", commandLine(h.Command), h.PID)
 	}
 	if g.stderr != nil {
@@ -184,13 +184,13 @@ func (g *globals) waitFor(path string, open func(timeout time.Duration) error) e
 
 // openRuntime opens the runtime for a command that writes, waiting
 // --wait for the lock, and records the address a server listens on.
-func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.Runtime, error) {
-	var rt *tgruntime.Runtime
+func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*heldRuntime, error) {
+	var rt *heldRuntime
 	err := g.waitFor(path, func(timeout time.Duration) error {
 		o := *opts
 		o.OpenTimeout = timeout
 		var err error
-		rt, err = tgruntime.Open(path, &o)
+		rt, err = openHeld(path, &o)
 		return err
 	})
 	switch {
@@ -203,7 +203,7 @@ func (g *globals) openRuntime(path string, opts *tgruntime.Options) (*tgruntime.
 		return nil, internalErr(err)
 	}
 	if (g.addr != "" || g.api != "") && !txn.IsPostgresURL(path) {
-		_ = txn.SetHolderAddr(path, g.addr, g.api) // only the message of others depends on it
+		_ = setHolderAddr(path, g.addr, g.api) // only the message of others depends on it
 	}
 	return rt, nil
 }
@@ -226,7 +226,7 @@ func (g *globals) openShared(path string) (*txn.Store, error) {
 // followHeld tells 'audit tail --follow' why it prints nothing while a
 // writer holds the database: once per holder.
 func (g *globals) followHeld(path string, said *int) {
-	h := txn.ReadHolder(path)
+	h := readHolder(path)
 	pid := -1
 	if h != nil {
 		pid = h.PID
@@ -257,7 +257,7 @@ func (g *globals) bearer() string {
 
 // serverURL is the base URL of a holding server's HTTP API, on loopback
 // only: the token is never sent beyond this machine on the word of a file.
-func serverURL(h *txn.Holder) (string, bool) {
+func serverURL(h *dbHolder) (string, bool) {
 	if h == nil || h.API != "http" {
 		return "", false
 	}

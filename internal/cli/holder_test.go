@@ -230,7 +230,7 @@ func TestHeld_StaleHolder(t *testing.T) {
 	must(t, s.cmd.Process.Kill())
 	<-s.done
 	s.done = nil
-	b, err := os.ReadFile(txn.HolderPath(db))
+	b, err := os.ReadFile(holderPath(db))
 	if err != nil || !strings.Contains(string(b), fmt.Sprintf(`"pid":%d`, s.pid)) {
 		t.Fatalf("the killed server left no holder file to test with: %v %s", err, b)
 	}
@@ -242,7 +242,7 @@ func TestHeld_StaleHolder(t *testing.T) {
 	store, err := txn.Open(db, nil)
 	must(t, err)
 	defer store.Close()
-	must(t, os.WriteFile(txn.HolderPath(db), b, 0o600))
+	must(t, os.WriteFile(holderPath(db), b, 0o600))
 	r := toolgate(t, "", "run", "file.read", "--allow", "filesystem.read:.", "--input", `{"path":"hello.txt"}`)
 	if r.code != ExitInternal || strings.Contains(r.stderr, strconv.Itoa(s.pid)) || !strings.Contains(r.stderr, "did not record itself") || !strings.Contains(r.stderr, "--wait D") {
 		t.Fatalf("a stale holder file: exit %d\n%s", r.code, r.stderr)

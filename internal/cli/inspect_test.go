@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -459,11 +460,13 @@ func TestInspect_Locks(t *testing.T) {
 	}
 	must(t, reader.Close())
 
-	writer, err := txn.Open(path, nil)
+	// The writer as the CLI opens one: it records itself in the holder
+	// file.
+	writer, err := openHeld(path, &tgruntime.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer writer.Close()
+	defer writer.Close(context.Background())
 	inspect := [][]string{{"executions"}, {"show", ids["COMPLETED"]}, {"intent", "list"}}
 	if onPostgres() {
 		// No lock on Postgres: inspection works beside a writer.

@@ -50,7 +50,7 @@ func (g *globals) withRuntime(reg *tools.Registry, fn func(rt *tgruntime.Runtime
 	if err != nil {
 		return err
 	}
-	ferr := fn(rt)
+	ferr := fn(rt.Runtime)
 	if cerr := rt.Close(context.Background()); cerr != nil && ferr == nil {
 		return internalErr(cerr)
 	}

@@ -28,7 +28,7 @@ import (
 
 // The local socket. A process that holds a bbolt database for long
 // ('toolgate serve', 'toolgate mcp') also listens on a Unix socket next to
-// it (txn.SocketPath: toolgate.db.sock, mode 0600) and records it in the
+// it (socketPath: toolgate.db.sock, mode 0600) and records it in the
 // holder file. There it serves toolgate's HTTP API to processes of its
 // own OS user (or root) only, as the kernel reports the peer
 // (SO_PEERCRED): whoever runs as that user could open the database file
@@ -89,7 +89,7 @@ func (g *globals) startLocalSocket(ctx context.Context, rt *tgruntime.Runtime, c
 	if err != nil {
 		return func() {}
 	}
-	sock := txn.SocketPath(abs)
+	sock := socketPath(abs)
 	api, err := newLocalAPI(rt, cfg)
 	var l *net.UnixListener
 	var fi os.FileInfo
@@ -106,7 +106,7 @@ func (g *globals) startLocalSocket(ctx context.Context, rt *tgruntime.Runtime, c
 		defer close(ls.done)
 		_ = ls.hs.Serve(&peerListener{UnixListener: l, uid: os.Getuid(), stderr: stderr})
 	}()
-	_ = txn.SetHolderSocket(path, sock) // only the CLI's choice depends on it
+	_ = setHolderSocket(path, sock) // only the CLI's choice depends on it
 	after := context.AfterFunc(ctx, ls.stop)
 	return func() { after(); ls.stop() }
 }
@@ -414,7 +414,7 @@ func writeLocalJSON(w http.ResponseWriter, v any) {
 type localClient struct {
 	sock   string
 	pid    int // the holder's
-	holder *txn.Holder
+	holder *dbHolder
 	hc     *http.Client
 }
 
@@ -437,9 +437,9 @@ func (g *globals) localClient(ctx context.Context, stderr io.Writer) *localClien
 	if err != nil || txn.IsPostgresURL(path) || !localSocketSupported {
 		return nil
 	}
-	h := txn.ReadHolder(path)
+	h := readHolder(path)
 	abs, aerr := filepath.Abs(path)
-	if h == nil || h.Socket == "" || aerr != nil || h.Socket != txn.SocketPath(abs) { // only the socket next to the database
+	if h == nil || h.Socket == "" || aerr != nil || h.Socket != socketPath(abs) { // only the socket next to the database
 		return nil
 	}
 	c := &localClient{sock: h.Socket, pid: h.PID, holder: h}

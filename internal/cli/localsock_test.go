@@ -97,7 +97,7 @@ func checkSocket(t *testing.T, db string, pid int) {
 	if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the local socket: %v %v; want a socket, mode 0600", fi, err)
 	}
-	if h := txn.ReadHolder(db); h == nil || h.PID != pid || h.Socket != db+".sock" {
+	if h := readHolder(db); h == nil || h.PID != pid || h.Socket != db+".sock" {
 		t.Fatalf("the holder file names %+v; want pid %d and its socket", h, pid)
 	}
 }
@@ -105,7 +105,7 @@ func checkSocket(t *testing.T, db string, pid int) {
 // checkGone checks that the holder left neither its socket nor its file.
 func checkGone(t *testing.T, db string) {
 	t.Helper()
-	for _, p := range []string{db + ".sock", txn.HolderPath(db)} {
+	for _, p := range []string{db + ".sock", holderPath(db)} {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s outlived its holder: %v", p, err)
 		}
@@ -330,7 +330,7 @@ func TestLocalSocket_LeavesOthersAlone(t *testing.T) {
 		if !waitFor(10*time.Second, func() bool { return strings.Contains(m.stderr.String(), tc.want) }) {
 			t.Errorf("%s: the holder did not say why it serves no socket:\n%s", tc.name, m.stderr.String())
 		}
-		if h := txn.ReadHolder(db); h == nil || h.Socket != "" {
+		if h := readHolder(db); h == nil || h.Socket != "" {
 			t.Errorf("%s: the holder file names a socket: %+v", tc.name, h)
 		}
 		if r := toolgate(t, "", "intent", "list"); r.code != ExitInternal || !strings.Contains(r.stderr, "is locked by another process") {

@@ -157,11 +157,11 @@ than one made out of band; it is off unless you turn it on.`,
 			if cfg != nil {
 				mopts.RateLimits = cfg.RateLimits // as toolgate serve's
 			}
-			srv, err := mcp.New(rt, mopts)
+			srv, err := mcp.New(rt.Runtime, mopts)
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			stopSocket := g.startLocalSocket(cmd.Context(), rt, cfg, noSocket, stdio.Err) // localsock.go
+			stopSocket := g.startLocalSocket(cmd.Context(), rt.Runtime, cfg, noSocket, stdio.Err) // localsock.go
 			defer stopSocket()
 			for _, s := range srv.Skipped() {
 				fmt.Fprintf(stdio.Err, "toolgate: left out of tools/list: %s\n", s)

@@ -211,7 +211,7 @@ as --principal, by default cli:$USER.
 
 // open opens the runtime on the database with opts; a nil opts.Registry
 // is set to the CLI's tools (see registry).
-func (g *globals) open(opts *tgruntime.Options) (*tgruntime.Runtime, error) {
+func (g *globals) open(opts *tgruntime.Options) (*heldRuntime, error) {
 	path, err := g.dbPath()
 	if err != nil {
 		return nil, usageErr("%v", err)

@@ -198,18 +198,18 @@ the config file stores for it.`,
 						return &cp, err
 					}
 				}
-				ui, err := webui.New(rt, uiConfig(cfg), uopts)
+				ui, err := webui.New(rt.Runtime, uiConfig(cfg), uopts)
 				if err != nil {
 					return usageErr("%v", err)
 				}
 				// Its requests are logged and traced as the API's are.
 				sopts.Handlers = map[string]http.Handler{"/ui/": ui} // with spans and the request log, as the API
 			}
-			srv, err := server.New(rt, cfg, sopts)
+			srv, err := server.New(rt.Runtime, cfg, sopts)
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			stopSocket := g.startLocalSocket(cmd.Context(), rt, cfg, noSocket, stdio.Err) // localsock.go
+			stopSocket := g.startLocalSocket(cmd.Context(), rt.Runtime, cfg, noSocket, stdio.Err) // localsock.go
 			defer stopSocket()
 			fmt.Fprintf(stdio.Err, "toolgate: serving on http://%s (%d tokens)\n", l.Addr(), len(cfg.Tokens))
 			if !noUI {

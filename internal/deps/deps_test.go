@@ -2,9 +2,12 @@ package deps
 
 import (
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -17,7 +20,10 @@ const module = "github.com/toolgate/toolgate"
 // path prefixes. A package not listed here fails the test: adding one is a
 // decision to write down.
 //
-// The shape (docs/architecture.md, "Packages"): leaf packages never import each other except
+// The shape (docs/architecture.md, "Packages"): the store's backends
+// (txn/boltstore, txn/pgstore) import nothing of the module but the store
+// contract (txn/driver), and nothing but txn's Open imports them (see
+// TestDependencyPolicy_Backends); leaf packages never import each other except
 // tools -> capability; only runtime (and the HTTP boundary, the client)
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
 // its engines (internal/bench for the bench command, server and its web
@@ -30,7 +36,11 @@ var policy = map[string][]string{
 	"capability":               {"internal/uuid", "rules"},
 	"rules":                    {"github.com/cedar-policy/cedar-go", "github.com/go-json-experiment/json"},
 	"tools":                    {"capability", "rules", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3", "golang.org/x/sys/unix"},
-	"txn":                      {"go.etcd.io/bbolt", "github.com/jackc/pgx/v5"},
+	"txn":                      {"txn/driver", "txn/boltstore", "txn/pgstore"},
+	"txn/driver":               {},
+	"txn/boltstore":            {"txn/driver", "go.etcd.io/bbolt"},
+	"txn/pgstore":              {"txn/driver", "github.com/jackc/pgx/v5"},
+	"txn/storetest":            {"txn", "txn/driver", "audit"},
 	"audit":                    {},
 	"runtime":                  {"lifecycle", "capability", "rules", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
 	"internal/uuid":            {},
@@ -159,7 +169,19 @@ func TestDependencyPolicy_Shape(t *testing.T) {
 			}
 		}
 	}
+	for _, be := range backends {
+		for _, dep := range policy[be] {
+			if !strings.Contains(dep, ".") && dep != "txn/driver" {
+				t.Errorf("backend %s may import nothing of the module above the store contract (txn/driver), not %s", be, dep)
+			}
+		}
+	}
 	for pkg, deps := range policy {
+		for _, be := range backends {
+			if slices.Contains(deps, be) && pkg != "txn" {
+				t.Errorf("%s may not import the backend %s: only txn.Open opens a backend", pkg, be)
+			}
+		}
 		if slices.Contains(deps, "runtime") && pkg != "internal/cli" && pkg != "internal/bench" && pkg != "server" && pkg != "mcp" && pkg != "webui" && pkg != "internal/testkit" && !strings.HasPrefix(pkg, "cmd/") {
 			t.Errorf("%s may not import runtime", pkg)
 		}
@@ -177,13 +199,21 @@ func TestCheck(t *testing.T) {
 		{"capability", "go.etcd.io/bbolt"},
 		{"runtime", "github.com/modelcontextprotocol/go-sdk/mcp"},
 		{"tools", "github.com/modelcontextprotocol/go-sdk/jsonrpc"},
+		{"txn/boltstore", module + "/txn"},
+		{"txn/pgstore", module + "/runtime"},
+		{"txn/pgstore", module + "/txn/boltstore"},
+		{"txn/driver", "go.etcd.io/bbolt"},
+		{"runtime", module + "/txn/boltstore"},
+		{"txn", "github.com/jackc/pgx/v5"},
 	} {
 		if check(tc.pkg, tc.imp, policy[tc.pkg]) == "" {
 			t.Errorf("check(%s, %s) allowed a violation", tc.pkg, tc.imp)
 		}
 	}
 	for _, tc := range []struct{ pkg, imp string }{
-		{"txn", "go.etcd.io/bbolt/errors"},
+		{"txn/boltstore", "go.etcd.io/bbolt/errors"},
+		{"txn/pgstore", "github.com/jackc/pgx/v5/pgxpool"},
+		{"txn", module + "/txn/driver"},
 		{"runtime", "go.opentelemetry.io/otel/trace"},
 		{"tools", module + "/capability"},
 		{"runtime", "encoding/json"},
@@ -191,5 +221,64 @@ func TestCheck(t *testing.T) {
 		if why := check(tc.pkg, tc.imp, policy[tc.pkg]); why != "" {
 			t.Errorf("check(%s, %s) refused: %s", tc.pkg, tc.imp, why)
 		}
+	}
+}
+
+// backends are the store's backend packages: peers behind the store
+// contract (txn/driver), opened by txn.Open alone.
+var backends = []string{"txn/boltstore", "txn/pgstore"}
+
+// openHelper is the one non-test file that imports the backends: txn's
+// Open picks one by the path; the rest of txn (and of the module) sees the
+// contract. Tests may import a backend (its own tests, the conformance
+// suite's runs).
+const openHelper = "txn/open.go"
+
+func TestDependencyPolicy_Backends(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	seen := false
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		for _, imp := range f.Imports {
+			ip, _ := strconv.Unquote(imp.Path.Value)
+			for _, be := range backends {
+				if ip != module+"/"+be {
+					continue
+				}
+				if rel == openHelper {
+					seen = true
+					continue
+				}
+				t.Errorf("%s imports the backend %s: only %s (txn.Open) may; elsewhere, use the store contract (txn/driver) and its optional interfaces", rel, be, openHelper)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !seen {
+		t.Errorf("%s imports no backend: is the walk blind?", openHelper)
 	}
 }

@@ -1,4 +1,4 @@
-package txn_test
+package pgstore_test
 
 import (
 	"context"
@@ -8,26 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/toolgate/toolgate/txn"
 )
 
 // Tests about the Postgres backend alone: its schema and its connections
 // (many nodes: pgnodes_test.go).
-
-func pgExec(t *testing.T, dbURL, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
 
 func TestPostgresNewerSchemaRefused(t *testing.T) {
 	dbURL := freshPostgres(t)

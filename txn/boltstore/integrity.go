@@ -1,4 +1,4 @@
-package txn
+package boltstore
 
 import (
 	"bytes"
@@ -32,13 +32,13 @@ const (
 	defaultPageBytes = 4096
 )
 
-// freelistSynced reports whether the database file at path has its
+// FreelistSynced reports whether the database file at path has its
 // freelist stored (ok is false when the file cannot be read or has no
 // valid meta page: bbolt's own open then says what is wrong). A file
 // without one makes bbolt rebuild the freelist at the first write, by
 // walking every page on a goroutine of its own, where a damaged page
 // crashes the process.
-func freelistSynced(path string) (synced, ok bool) {
+func FreelistSynced(path string) (synced, ok bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, false
@@ -84,7 +84,7 @@ func freelistSynced(path string) (synced, ok bool) {
 // and returns an error wrapping ErrCorrupt if bbolt panics on a damaged
 // page, on this goroutine where it can be recovered. Open runs it before
 // opening for writing a file whose freelist bbolt would rebuild (see
-// freelistSynced): it touches the pages that rebuild walks.
+// FreelistSynced): it touches the pages that rebuild walks.
 func checkPages(path string, timeout time.Duration) (err error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout})
 	if err != nil {

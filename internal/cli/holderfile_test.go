@@ -1,6 +1,7 @@
-package txn_test
+package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -10,44 +11,45 @@ import (
 	"testing"
 	"time"
 
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
-// A store open for writing names its process in the holder file, which a
-// process finding the database locked reads; Close removes it.
+// A runtime the CLI opened names its process in the holder file, which a
+// process finding the database locked reads; its Close removes it.
 func TestHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "toolgate.db")
-	s, err := txn.Open(path, nil)
+	s, err := openHeld(path, &tgruntime.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := txn.ReadHolder(path)
+	h := readHolder(path)
 	if h == nil || h.PID != os.Getpid() || len(h.Command) == 0 || h.Command[0] != os.Args[0] || h.Since.IsZero() || h.Addr != "" {
 		t.Fatalf("holder = %+v", h)
 	}
-	fi, err := os.Stat(txn.HolderPath(path))
+	fi, err := os.Stat(holderPath(path))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("holder file: %v %v", fi, err)
 	}
 	if _, err := txn.Open(path, &txn.Options{Timeout: 10 * time.Millisecond}); !errors.Is(err, txn.ErrLocked) {
 		t.Fatalf("second open: %v", err)
 	}
-	if err := txn.SetHolderAddr(path, "127.0.0.1:7070", "http"); err != nil {
+	if err := setHolderAddr(path, "127.0.0.1:7070", "http"); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h == nil || h.Addr != "127.0.0.1:7070" || h.API != "http" {
-		t.Fatalf("holder after SetHolderAddr = %+v", h)
+	if h := readHolder(path); h == nil || h.Addr != "127.0.0.1:7070" || h.API != "http" {
+		t.Fatalf("holder after setHolderAddr = %+v", h)
 	}
-	if err := txn.SetHolderSocket(path, txn.SocketPath(path)); err != nil {
+	if err := setHolderSocket(path, socketPath(path)); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h == nil || h.Socket != path+".sock" || h.Addr != "127.0.0.1:7070" {
-		t.Fatalf("holder after SetHolderSocket = %+v", h)
+	if h := readHolder(path); h == nil || h.Socket != path+".sock" || h.Addr != "127.0.0.1:7070" {
+		t.Fatalf("holder after setHolderSocket = %+v", h)
 	}
-	if err := s.Close(); err != nil {
+	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(txn.HolderPath(path)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(holderPath(path)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the holder file outlived Close: %v", err)
 	}
 	// A reader takes a shared lock and records nothing.
@@ -56,7 +58,7 @@ func TestHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := os.Stat(txn.HolderPath(path)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(holderPath(path)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a read-only open wrote a holder file: %v", err)
 	}
 }
@@ -69,38 +71,38 @@ func TestHolder_Stale(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Skip("no 'true' to make a dead pid: ", err)
 	}
-	dead := txn.Holder{PID: cmd.Process.Pid, Command: []string{"toolgate", "serve"}, Since: time.Now()}
+	dead := dbHolder{PID: cmd.Process.Pid, Command: []string{"toolgate", "serve"}, Since: time.Now()}
 	b, _ := json.Marshal(dead)
-	if err := os.WriteFile(txn.HolderPath(path), b, 0o600); err != nil {
+	if err := os.WriteFile(holderPath(path), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h != nil {
+	if h := readHolder(path); h != nil {
 		t.Fatalf("a dead process's holder file names %+v", h)
 	}
 	// A live pid running another program than the one recorded: reused.
-	reused := txn.Holder{PID: os.Getpid(), Command: []string{"toolgate", "serve"}, Since: time.Now()}
+	reused := dbHolder{PID: os.Getpid(), Command: []string{"toolgate", "serve"}, Since: time.Now()}
 	b, _ = json.Marshal(reused)
-	if err := os.WriteFile(txn.HolderPath(path), b, 0o600); err != nil {
+	if err := os.WriteFile(holderPath(path), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h != nil {
+	if h := readHolder(path); h != nil {
 		t.Fatalf("a holder file whose pid runs another program names %+v", h)
 	}
-	s, err := txn.Open(path, nil)
+	s, err := openHeld(path, &tgruntime.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	if h := txn.ReadHolder(path); h == nil || h.PID != os.Getpid() {
+	defer s.Close(context.Background())
+	if h := readHolder(path); h == nil || h.PID != os.Getpid() {
 		t.Fatalf("the new writer's holder = %+v", h)
 	}
-	if err := os.WriteFile(txn.HolderPath(path), []byte("not json"), 0o600); err != nil {
+	if err := os.WriteFile(holderPath(path), []byte("not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if h := txn.ReadHolder(path); h != nil {
+	if h := readHolder(path); h != nil {
 		t.Fatalf("an unreadable holder file names %+v", h)
 	}
-	if err := txn.SetHolderAddr(path, "x", "http"); err == nil {
-		t.Fatal("SetHolderAddr over a file that is not ours succeeded")
+	if err := setHolderAddr(path, "x", "http"); err == nil {
+		t.Fatal("setHolderAddr over a file that is not ours succeeded")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package txn
+package cli
 
 // processGone reports whether no process has the id pid; without a way to
 // ask, it says no: the holder file is trusted.

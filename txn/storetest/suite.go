@@ -1,153 +1,22 @@
-package txn_test
+package storetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/txn"
 )
 
-// The store conformance suite: every backend must pass each test in it,
-// with the same expectations. A backend is a function that returns the
-// path of a fresh, empty database (a file path or a postgres:// URL).
-//
-// Tests against Postgres need TOOLGATE_TEST_POSTGRES, the URL of a server
-// where the test user may create databases; without it they skip. Run them
-// with: bash scripts/pg-test.sh run go test ./txn
-//
-// The package's other store tests (those that open their store with
-// openStore) run against bbolt, or, with TOOLGATE_TEST_BACKEND=postgres,
-// against Postgres:
-//
-//	TOOLGATE_TEST_BACKEND=postgres bash scripts/pg-test.sh run go test ./txn
-
-const pgHowTo = "TOOLGATE_TEST_POSTGRES is not set; run the Postgres tests with: bash scripts/pg-test.sh run go test ./txn"
-
-type backendCase struct {
-	name  string
-	fresh func(t *testing.T) string // the path of a fresh database
-}
-
-// onPostgres reports whether openStore opens Postgres databases.
-func onPostgres() bool { return os.Getenv("TOOLGATE_TEST_BACKEND") == "postgres" }
-
-func backends() []backendCase {
-	return []backendCase{
-		{"bbolt", func(t *testing.T) string { return filepath.Join(t.TempDir(), "toolgate.db") }},
-		{"postgres", func(t *testing.T) string { return freshPostgres(t) }},
-	}
-}
-
-// forEachBackend runs fn as a subtest per backend.
-func forEachBackend(t *testing.T, fn func(t *testing.T, path string)) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) { fn(t, b.fresh(t)) })
-	}
-}
-
-// freshPostgres creates an empty database on the test server, dropped at
-// cleanup, and returns its URL.
-func freshPostgres(t testing.TB) string {
-	t.Helper()
-	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
-	if base == "" {
-		t.Skip(pgHowTo)
-	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("TOOLGATE_TEST_POSTGRES: %v", err)
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "toolgate_t_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create a test database: %v", err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
-func openAt(t *testing.T, path string) *txn.Store {
-	t.Helper()
-	s, err := txn.Open(path, &txn.Options{NoSync: true})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-func ev(s string) txn.AuditEvent {
-	return txn.AuditEvent{Data: []byte(`{"what":` + strconv.Quote(s) + `}`)}
-}
-
-// verifyChain checks the log with audit.Verifier, as `toolgate audit
-// verify` does, and that it holds want entries numbered 1..want.
-func verifyChain(t *testing.T, s *txn.Store, want uint64) {
-	t.Helper()
-	ctx := context.Background()
-	v := &audit.Verifier{}
-	if err := s.AuditRaw(ctx, v.Add); err != nil {
-		t.Fatalf("AuditRaw: %v", err)
-	}
-	if err := v.Finish(); err != nil {
-		t.Fatalf("audit.Verifier: %v", err)
-	}
-	if v.Len() != want {
-		t.Fatalf("the verifier saw %d entries, want %d", v.Len(), want)
-	}
-	head, err := s.AuditHead(ctx)
-	if err != nil || head != want {
-		t.Fatalf("AuditHead = %d, %v; want %d", head, err, want)
-	}
-	log, err := s.AuditLog(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range log {
-		if e.Seq != uint64(i+1) {
-			t.Fatalf("entry %d has seq %d: the chain has a gap", i, e.Seq)
-		}
-	}
-	if uint64(len(log)) != want {
-		t.Fatalf("AuditLog has %d entries, want %d", len(log), want)
-	}
-}
-
-func TestConformanceAtomicCommit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testAtomicCommit(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s := openAt(t, path)
+		s := b.open(t, path)
 		tx, err := s.Begin(ctx, newRecord("ex-1", "tool", "EXECUTING"), ev("begin"))
 		if err != nil {
 			t.Fatal(err)
@@ -160,18 +29,18 @@ func TestConformanceAtomicCommit(t *testing.T) {
 		}
 		// A failure at any step of the commit writes nothing of it.
 		for _, step := range []string{txn.StepCheckReads, txn.StepApplyWrite, txn.StepRecord, txn.StepAudit} {
-			txn.SetFailpoint(s, func(got string) error {
+			b.setFailpoint(func(got string) error {
 				if got == step {
 					return errors.New("injected at " + step)
 				}
 				return nil
 			})
 			err := tx.Commit(ctx, newRecord("ex-1", "tool", "COMMITTED"), ev("commit"))
-			txn.SetFailpoint(s, nil)
+			b.setFailpoint(nil)
 			if !errors.Is(err, txn.ErrCommit) {
 				t.Fatalf("%s: Commit = %v, want ErrCommit", step, err)
 			}
-			if st, _ := txn.DumpState(s); len(st["ns"]) != 0 {
+			if st, _ := dumpState(s); len(st["ns"]) != 0 {
 				t.Fatalf("%s: a failed commit left state %v", step, st)
 			}
 			if r, err := s.Get(ctx, "ex-1"); err != nil || r.State != "EXECUTING" {
@@ -183,7 +52,7 @@ func TestConformanceAtomicCommit(t *testing.T) {
 		if err := tx.Commit(ctx, final, ev("commit"), ev("done")); err != nil {
 			t.Fatal(err)
 		}
-		st, err := txn.DumpState(s)
+		st, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +66,7 @@ func TestConformanceAtomicCommit(t *testing.T) {
 		if err != nil || r.State != "COMMITTED" || r.WriteSet == nil || r.WriteSet.Puts != 2 || !r.WriteSet.Committed {
 			t.Fatalf("record = %+v, %v", r, err)
 		}
-		if c, _ := txn.Claims(s); len(c) != 0 {
+		if c, _ := claims(s); len(c) != 0 {
 			t.Fatalf("claims left: %v", c)
 		}
 		verifyChain(t, s, 3)
@@ -212,13 +81,14 @@ func TestConformanceAtomicCommit(t *testing.T) {
 			t.Fatalf("Put of a used id = %v, want ErrExists", err)
 		}
 		verifyChain(t, s, 3)
-	})
+	}
 }
 
-func TestConformanceRollbackByteExact(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testRollbackByteExact(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s := openAt(t, path)
+		s := b.open(t, path)
 		if err := s.UpdateState(ctx, func(v *txn.StateView) error {
 			for i := range 5 {
 				if err := v.Put("ns", fmt.Sprintf("k%d", i), []byte{byte(i), 0, 0xff}); err != nil {
@@ -229,7 +99,7 @@ func TestConformanceRollbackByteExact(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		before, err := txn.DumpState(s)
+		before, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +117,7 @@ func TestConformanceRollbackByteExact(t *testing.T) {
 		if err := tx.Rollback(ctx, final, ev("rollback")); err != nil {
 			t.Fatal(err)
 		}
-		after, err := txn.DumpState(s)
+		after, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,13 +132,14 @@ func TestConformanceRollbackByteExact(t *testing.T) {
 			t.Fatalf("second Rollback = %v, want ErrTxDone", err)
 		}
 		verifyChain(t, s, 1)
-	})
+	}
 }
 
-func TestConformanceConflict(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testConflict(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s := openAt(t, path)
+		s := b.open(t, path)
 		if err := s.PutState(ctx, "ns", "n", []byte("0")); err != nil {
 			t.Fatal(err)
 		}
@@ -354,13 +225,14 @@ func TestConformanceConflict(t *testing.T) {
 		if n, _ := strconv.Atoi(string(v)); n != committed || n == 0 {
 			t.Fatalf("count = %d after %d committed increments", n, committed)
 		}
-	})
+	}
 }
 
-func TestConformanceUpdateStateCAS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testUpdateStateCAS(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s := openAt(t, path)
+		s := b.open(t, path)
 		const n = 40
 		var wg sync.WaitGroup
 		for i := range n {
@@ -431,13 +303,14 @@ func TestConformanceUpdateStateCAS(t *testing.T) {
 			t.Fatal(err)
 		}
 		verifyChain(t, s, n+1)
-	})
+	}
 }
 
-func TestConformanceAuditChain(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testAuditChain(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s := openAt(t, path)
+		s := b.open(t, path)
 		var wg sync.WaitGroup
 		var want uint64
 		for i := range 60 {
@@ -504,13 +377,14 @@ func TestConformanceAuditChain(t *testing.T) {
 		if tail, err := s.AuditLog(ctx, want-1, 0); err != nil || len(tail) != 2 || tail[0].Seq != want-1 {
 			t.Fatalf("AuditLog from %d = %v, %v", want-1, tail, err)
 		}
-	})
+	}
 }
 
-func TestConformanceRecover(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testRecover(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s, err := txn.Open(path, &txn.Options{NoSync: true})
+		s, err := b.openErr(t, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -526,8 +400,8 @@ func TestConformanceRecover(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		s = openAt(t, path)
-		if c, _ := txn.Claims(s); !reflect.DeepEqual(c, []string{"crashed"}) {
+		s = b.open(t, path)
+		if c, _ := claims(s); !reflect.DeepEqual(c, []string{"crashed"}) {
 			t.Fatalf("claims after the crash = %v", c)
 		}
 		done, err := s.Recover(ctx, func(r *txn.Record) ([]txn.AuditEvent, error) {
@@ -541,10 +415,10 @@ func TestConformanceRecover(t *testing.T) {
 		if r, err := s.Get(ctx, "crashed"); err != nil || r.State != "ROLLED_BACK" {
 			t.Fatalf("recovered record = %+v, %v", r, err)
 		}
-		if c, _ := txn.Claims(s); len(c) != 0 {
+		if c, _ := claims(s); len(c) != 0 {
 			t.Fatalf("claims after Recover = %v", c)
 		}
-		if st, _ := txn.DumpState(s); len(st["ns"]) != 0 {
+		if st, _ := dumpState(s); len(st["ns"]) != 0 {
 			t.Fatalf("an uncommitted write survived the crash: %v", st)
 		}
 		if done, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { return nil, nil }); err != nil || len(done) != 0 {
@@ -556,17 +430,18 @@ func TestConformanceRecover(t *testing.T) {
 		if _, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { return nil, errors.New("no") }); err == nil {
 			t.Fatal("Recover with a failing finish succeeded")
 		}
-		if c, _ := txn.Claims(s); !reflect.DeepEqual(c, []string{"crashed2"}) {
+		if c, _ := claims(s); !reflect.DeepEqual(c, []string{"crashed2"}) {
 			t.Fatalf("claims after a failed Recover = %v", c)
 		}
 		verifyChain(t, s, 2)
-	})
+	}
 }
 
-func TestConformanceClosed(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, path string) {
+func testClosed(t *testing.T, b *Backend) {
+	path := b.fresh(t)
+	{
 		ctx := context.Background()
-		s, err := txn.Open(path, &txn.Options{NoSync: true})
+		s, err := b.openErr(t, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -589,5 +464,5 @@ func TestConformanceClosed(t *testing.T) {
 		if err := tx.Commit(ctx, newRecord("x", "tool", "COMMITTED")); !errors.Is(err, txn.ErrClosed) {
 			t.Fatalf("Commit after Close = %v", err)
 		}
-	})
+	}
 }

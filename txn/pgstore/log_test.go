@@ -1,4 +1,4 @@
-package txn_test
+package pgstore_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package txn_test
+package pgstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/pgstore"
 )
 
 // Many nodes on one Postgres database: two (or more) Stores on the same
@@ -19,7 +20,7 @@ import (
 // Postgres backend alone (bbolt allows one writer per file), so they run
 // only with TOOLGATE_TEST_POSTGRES set:
 //
-//	bash scripts/pg-test.sh run go test -race -run TestPostgresNodes ./txn
+//	bash scripts/pg-test.sh run go test -race -run TestPostgresNodes ./txn/pgstore
 
 func openNode(t *testing.T, dbURL, node string, lease time.Duration) *txn.Store {
 	t.Helper()
@@ -229,7 +230,7 @@ func TestPostgresNodesLeaseRecovery(t *testing.T) {
 		if done, err := b.Recover(ctx, interrupted); err != nil || len(done) != 0 {
 			t.Fatalf("b Recover while a lives = %v, %v", done, err)
 		}
-		if done, err := txn.Sweep(b); err != nil || len(done) != 0 {
+		if done, err := pgstore.Sweep(b.Driver().(*pgstore.Store)); err != nil || len(done) != 0 {
 			t.Fatalf("b sweep while a lives = %v, %v", done, err)
 		}
 		time.Sleep(lease / 2)
@@ -242,7 +243,7 @@ func TestPostgresNodesLeaseRecovery(t *testing.T) {
 	if _, err := a.Begin(ctx, newRecord("a2", "tool", "EXECUTING")); err != nil {
 		t.Fatal(err)
 	}
-	txn.KillNode(a)
+	pgstore.Kill(a.Driver().(*pgstore.Store))
 	waitFor(t, "b to finish dead a's claim", func() bool {
 		r, err := b.Get(ctx, "a2")
 		return err == nil && r.State == "ROLLED_BACK"
@@ -255,13 +256,13 @@ func TestPostgresNodesLeaseRecovery(t *testing.T) {
 	if _, err := b.Begin(ctx, newRecord("b1", "tool", "EXECUTING")); err != nil {
 		t.Fatal(err)
 	}
-	txn.KillNode(b)
+	pgstore.Kill(b.Driver().(*pgstore.Store))
 	b2 := openNode(t, dbURL, "b", time.Hour) // a long lease: only the name lets it in at once
 	done, err := b2.Recover(ctx, interrupted)
 	if err != nil || len(done) != 1 || done[0].ExecutionID != "b1" {
 		t.Fatalf("restarted b's Recover = %v, %v", done, err)
 	}
-	if c, _ := txn.Claims(b2); len(c) != 0 {
+	if c, _ := pgstore.ClaimsOf(b2); len(c) != 0 {
 		t.Fatalf("claims left: %v", c)
 	}
 	verifyChain(t, b2, 2)

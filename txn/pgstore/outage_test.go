@@ -1,4 +1,4 @@
-package txn_test
+package pgstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -20,16 +21,16 @@ import (
 // restart is of a server of the test's own (scripts/pg-test.sh start), not
 // the shared one other packages' tests may be using:
 //
-//	bash scripts/pg-test.sh run go test -run TestPostgresOutage ./txn
+//	bash scripts/pg-test.sh run go test -run TestPostgresOutage ./txn/pgstore
 
 // ownServer starts a throwaway Postgres for this test alone and returns
 // its URL and a function taking it down ("down") or up again ("up").
 func ownServer(t *testing.T) (string, func(action string)) {
 	t.Helper()
 	if os.Getenv("TOOLGATE_TEST_POSTGRES") == "" {
-		t.Skip(pgHowTo)
+		t.Skip(testdb.HowTo())
 	}
-	out, err := exec.Command("bash", "../scripts/pg-test.sh", "start").Output()
+	out, err := exec.Command("bash", "../../scripts/pg-test.sh", "start").Output()
 	if err != nil {
 		t.Fatalf("pg-test.sh start: %v", err)
 	}
@@ -45,10 +46,10 @@ func ownServer(t *testing.T) (string, func(action string)) {
 	if dbURL == "" || dir == "" {
 		t.Fatalf("pg-test.sh start said:\n%s", out)
 	}
-	t.Cleanup(func() { _ = exec.Command("bash", "../scripts/pg-test.sh", "stop", dir).Run() })
+	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/pg-test.sh", "stop", dir).Run() })
 	return dbURL, func(action string) {
 		t.Helper()
-		if out, err := exec.Command("bash", "../scripts/pg-test.sh", action, dir).CombinedOutput(); err != nil {
+		if out, err := exec.Command("bash", "../../scripts/pg-test.sh", action, dir).CombinedOutput(); err != nil {
 			t.Fatalf("pg-test.sh %s: %v\n%s", action, err, out)
 		}
 	}

@@ -1,4 +1,4 @@
-package txn
+package pgstore
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/toolgate/toolgate/txn/driver"
 )
 
 // Leases: how many nodes share one Postgres database.
@@ -58,10 +59,6 @@ const MinLease = 100 * time.Millisecond
 // maxNodeName is the longest node name, in bytes.
 const maxNodeName = 200
 
-// ErrLeaseLost reports that this node's lease on a shared Postgres
-// database has lapsed: it starts no execution until the lease is renewed.
-var ErrLeaseLost = errors.New("txn: this node's lease has expired")
-
 type pgLease struct {
 	node  string                 // the node's name: its claims carry it
 	runID atomic.Pointer[string] // this run of it (the lease row's instance); a new one when the row was lost
@@ -75,7 +72,7 @@ type pgLease struct {
 
 	mu      sync.Mutex
 	held    map[string]struct{} // claims of this run whose Tx may still end them
-	finish  func(*Record) ([]AuditEvent, error)
+	finish  driver.Finish
 	onGone  func(context.Context) // after a sweep (OnSweep)
 	lostMsg string                // why the last renewal failed; "" while the lease holds
 	lapsed  bool                  // "lease lapsed" was logged, and no renewal since
@@ -101,7 +98,7 @@ func newLease(opts *Options) (*pgLease, error) {
 		// whichever node sweeps after its lease expires.
 		node = host + "-" + instance[:8]
 	}
-	if err := checkNode(node); err != nil { // Validate checked Options.Node: $TOOLGATE_NODE
+	if err := CheckNode(node); err != nil { // Validate checked Options.Node: $TOOLGATE_NODE
 		return nil, fmt.Errorf("txn: TOOLGATE_NODE: %s", strings.TrimPrefix(err.Error(), "txn: "))
 	}
 	lease := opts.Lease
@@ -132,16 +129,16 @@ func newLease(opts *Options) (*pgLease, error) {
 	return l, nil
 }
 
-// checkNode reports whether node is usable as a node's name.
-func checkNode(node string) error {
+// CheckNode reports whether node is usable as a node's name.
+func CheckNode(node string) error {
 	if len(node) > maxNodeName || strings.ContainsFunc(node, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return fmt.Errorf("txn: node name %q: at most %d bytes, without control characters", node, maxNodeName)
 	}
 	return nil
 }
 
-// checkLease reports whether lease is long enough.
-func checkLease(lease time.Duration) error {
+// CheckLease reports whether lease is long enough.
+func CheckLease(lease time.Duration) error {
 	switch {
 	case lease < 0:
 		return fmt.Errorf("txn: lease %v is negative", lease)
@@ -256,7 +253,7 @@ func (l *pgLease) live() [][]byte {
 	return out
 }
 
-func (l *pgLease) setFinish(f func(*Record) ([]AuditEvent, error)) {
+func (l *pgLease) setFinish(f driver.Finish) {
 	l.mu.Lock()
 	l.finish = f
 	l.mu.Unlock()
@@ -269,7 +266,7 @@ func (l *pgLease) interval() string {
 // acquire registers the node, waiting up to timeout for a lease another
 // run of the same name holds. A run of it on this host whose process is
 // gone (or is this one: a container's pid) is taken over at once.
-func (p *pgStore) acquire(ctx context.Context, timeout time.Duration) error {
+func (p *Store) acquire(ctx context.Context, timeout time.Duration) error {
 	l := p.lease
 	deadline := time.Now().Add(timeout)
 	for {
@@ -281,7 +278,7 @@ func (p *pgStore) acquire(ctx context.Context, timeout time.Duration) error {
 		err := p.pool.QueryRow(ctx, `SELECT instance, holder, expires > clock_timestamp(), expires FROM toolgate_nodes WHERE node = $1`,
 			l.node).Scan(&instance, &holder, &live, &expires)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("txn: %s: read the lease of node %s: %v", p.s.path, l.node, pgMessage(err))
+			return fmt.Errorf("txn: %s: read the lease of node %s: %v", p.path, l.node, pgMessage(err))
 		}
 		if errors.Is(err, pgx.ErrNoRows) || !live || l.predecessor(holder) {
 			t0 := time.Since(l.start)
@@ -291,7 +288,7 @@ func (p *pgStore) acquire(ctx context.Context, timeout time.Duration) error {
 					started = excluded.started, expires = excluded.expires, grp = 0
 				WHERE toolgate_nodes.instance = $5`, l.node, l.run(), l.holder(), l.interval(), instance)
 			if err != nil {
-				return fmt.Errorf("txn: %s: take the lease of node %s: %v", p.s.path, l.node, pgMessage(err))
+				return fmt.Errorf("txn: %s: take the lease of node %s: %v", p.path, l.node, pgMessage(err))
 			}
 			if tag.RowsAffected() == 1 {
 				liveInstances.Store(l.run(), true)
@@ -302,7 +299,7 @@ func (p *pgStore) acquire(ctx context.Context, timeout time.Duration) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: %s: node %s is running (%s, its lease renewed until %s): give each toolgate sharing a database its own node name ($TOOLGATE_NODE)",
-				ErrLocked, p.s.path, l.node, holder, expires.UTC().Format(time.RFC3339))
+				ErrLocked, p.path, l.node, holder, expires.UTC().Format(time.RFC3339))
 		}
 		time.Sleep(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond))
 	}
@@ -354,7 +351,7 @@ func (l *pgLease) renewed(t0 time.Duration) (wasLapsed bool) {
 
 // keepLease renews the lease every lease/3 and sweeps what dead nodes (and
 // this one's lost commits) left, until the store closes.
-func (p *pgStore) keepLease() {
+func (p *Store) keepLease() {
 	l := p.lease
 	defer close(l.done)
 	tick := time.NewTicker(l.lease / 3)
@@ -392,7 +389,7 @@ func (p *pgStore) keepLease() {
 // new run: what the old run had in flight was finished by the sweep, and
 // its idempotency keys, tagged with the old run, are settled (the sweep
 // hook runs) rather than taken for this run's.
-func (p *pgStore) renew() {
+func (p *Store) renew() {
 	l := p.lease
 	ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
 	defer cancel()
@@ -453,7 +450,7 @@ func (p *pgStore) renew() {
 
 // sweepDue reports whether there are claims to sweep: of nodes whose lease
 // expired or that are gone, or this node's own that no Tx holds.
-func (p *pgStore) sweepDue() bool {
+func (p *Store) sweepDue() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), p.lease.lease/3)
 	defer cancel()
 	var due bool
@@ -467,7 +464,7 @@ func (p *pgStore) sweepDue() bool {
 
 // release stops the lease and ends it: the node's row is deleted, so
 // claims it left (none, after a clean shutdown) are swept at once.
-func (p *pgStore) release() {
+func (p *Store) release() {
 	l := p.lease
 	close(l.stop)
 	<-l.done
@@ -479,30 +476,28 @@ func (p *pgStore) release() {
 
 // OnSweep registers fn, run (on the lease's goroutine) after each
 // background sweep of what expired nodes left: their claims finished, their
-// lease rows deleted. The runtime settles their idempotency keys there. A
-// no-op on bbolt, where a writer owns the file.
-func (s *Store) OnSweep(fn func(context.Context)) {
-	if p, ok := s.be.(*pgStore); ok && p.lease != nil {
+// lease rows deleted. The runtime settles their idempotency keys there.
+func (p *Store) OnSweep(fn func(context.Context)) {
+	if p.lease != nil {
 		p.lease.mu.Lock()
 		p.lease.onGone = fn
 		p.lease.mu.Unlock()
 	}
 }
 
-// Node returns the name of this node on a shared Postgres database, under
-// which its claims are stored, or "" (bbolt, or read-only).
-func (s *Store) Node() string {
-	if p, ok := s.be.(*pgStore); ok && p.lease != nil {
+// Node returns the name of this node, under which its claims are stored,
+// or "" (read-only).
+func (p *Store) Node() string {
+	if p.lease != nil {
 		return p.lease.node
 	}
 	return ""
 }
 
-// NodeRun returns this node's name and run ("name/run") on a shared
-// Postgres database, or "" (bbolt, or read-only): what the runtime tags an
-// idempotency key in flight with.
-func (s *Store) NodeRun() string {
-	if p, ok := s.be.(*pgStore); ok && p.lease != nil {
+// NodeRun returns this node's name and run ("name/run"), or "" (read
+// only): what the runtime tags an idempotency key in flight with.
+func (p *Store) NodeRun() string {
+	if p.lease != nil {
 		return p.lease.node + "/" + p.lease.run()
 	}
 	return ""
@@ -511,13 +506,12 @@ func (s *Store) NodeRun() string {
 // NodeLive reports whether run (a NodeRun of some store, or a bare node
 // name) is another run than this store's whose lease on the shared
 // database holds: what it has in flight is its own, not to be settled by
-// this one. Always false on bbolt (one process owns the file).
-func (s *Store) NodeLive(ctx context.Context, run string) (bool, error) {
-	p, ok := s.be.(*pgStore)
-	if !ok || run == "" || run == s.NodeRun() || run == s.Node() {
+// this one.
+func (p *Store) NodeLive(ctx context.Context, run string) (bool, error) {
+	if run == "" || run == p.NodeRun() || run == p.Node() {
 		return false, nil
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := p.ready(ctx); err != nil {
 		return false, err
 	}
 	node, inst, _ := strings.Cut(run, "/")

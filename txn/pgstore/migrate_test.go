@@ -1,4 +1,4 @@
-package txn_test
+package pgstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/pgstore"
 )
 
 // A database of schema version 1 (one writer, no leases) is upgraded at the
@@ -24,7 +25,7 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	for _, stmt := range append([]string{`CREATE TABLE toolgate_meta (key text PRIMARY KEY, value bigint NOT NULL)`,
-		`INSERT INTO toolgate_meta VALUES ('schema', 1)`}, txn.PGSchemaSteps[0]...) {
+		`INSERT INTO toolgate_meta VALUES ('schema', 1)`}, pgstore.SchemaSteps[0]...) {
 		if _, err := c.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
 		}
@@ -39,7 +40,7 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An old writer runs: refused, nothing changed.
-	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, txn.PGWriterLock); err != nil {
+	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgstore.WriterLock); err != nil {
 		t.Fatal(err)
 	}
 	_, err = txn.Open(dbURL, nil)
@@ -50,7 +51,7 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 	if err := c.QueryRow(ctx, `SELECT value FROM toolgate_meta WHERE key = 'schema'`).Scan(&v); err != nil || v != 1 {
 		t.Fatalf("schema after the refused upgrade = %d, %v", v, err)
 	}
-	if _, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, txn.PGWriterLock); err != nil {
+	if _, err := c.Exec(ctx, `SELECT pg_advisory_unlock($1)`, pgstore.WriterLock); err != nil {
 		t.Fatal(err)
 	}
 	s := openNode(t, dbURL, "a", 0)
