@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -581,17 +582,74 @@ func TestGateway_StdioUpstreamBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The child is killed with the group; once killed, it is reaped by init
-	// (its parent, the upstream, is gone), which may take a moment.
+	// (its parent, the upstream, is gone), which may take a moment, and on a
+	// loaded machine a few seconds. (It sleeps 600 s.)
 	alive := func() bool {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		return syscall.Kill(pid, 0) == nil && (err != nil || !strings.Contains(string(stat), ") Z "))
 	}
-	for i := 0; alive(); i++ {
-		if i > 500 {
+	for guard := time.Now().Add(time.Minute); alive(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) { // a hang guard, not a timing assertion
 			t.Fatalf("the upstream's child %d outlived the gateway", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+var httpUpstreamOnce sync.Once
+var httpUpstreamPath string
+var httpUpstreamErr error
+
+// httpUpstream starts testdata/httpupstream (built once, next to the
+// toolgate binary, without the race detector), answering with JSON or with
+// an event stream, and returns its URL once it listens; it is stopped when
+// t ends.
+func httpUpstream(t *testing.T, jsonResponse bool) string {
+	t.Helper()
+	bin := toolgate(t)
+	httpUpstreamOnce.Do(func() {
+		dir, err := os.MkdirTemp(filepath.Dir(bin), "httpupstream-")
+		if err != nil {
+			httpUpstreamErr = err
+			return
+		}
+		httpUpstreamPath = filepath.Join(dir, "httpupstream")
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if out, err := exec.Command(gobin, "build", "-o", httpUpstreamPath, "./testdata/httpupstream").CombinedOutput(); err != nil {
+			httpUpstreamErr = fmt.Errorf("building the HTTP upstream: %v\n%s", err, out)
+		}
+	})
+	if httpUpstreamErr != nil {
+		t.Fatal(httpUpstreamErr)
+	}
+	cmd := exec.Command(httpUpstreamPath)
+	if jsonResponse {
+		cmd.Env = append(os.Environ(), "UPSTREAM_JSON=1")
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close() // it exits
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the HTTP upstream: %v\n%s", err, stderr.String())
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "URL ")
+	if err != nil || !ok {
+		t.Fatalf("the HTTP upstream did not say where it listens: %q %v\n%s", line, err, stderr.String())
+	}
+	return url
 }
 
 // An HTTP upstream that answers a call with more than the gateway takes
@@ -599,25 +657,16 @@ func TestGateway_StdioUpstreamBounded(t *testing.T) {
 // not make toolgate read it all into memory: the SDK reads a JSON answer
 // whole, however large; the gateway cuts it at the bound, and the call is
 // a ResourceError, recorded; the next call connects again. An answer of an
-// event stream is bounded per event the same way.
+// event stream is bounded per event the same way. (The upstream, whose
+// tool huge answers 20 MiB, runs in a process of its own, without the race
+// detector: see testdata/httpupstream.)
 func TestGateway_HTTPUpstreamHugeAnswer(t *testing.T) {
 	for _, jsonResponse := range []bool{true, false} {
 		t.Run(fmt.Sprint("json=", jsonResponse), func(t *testing.T) {
-			up := sdk.NewServer(&sdk.Implementation{Name: "web", Version: "0.3.0"}, nil)
-			up.AddTool(&sdk.Tool{Name: "huge", Description: "answers 20 MiB", InputSchema: json.RawMessage(`{"type":"object"}`)},
-				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", 20<<20)}}}, nil
-				})
-			up.AddTool(&sdk.Tool{Name: "ping", Description: "answers", InputSchema: json.RawMessage(`{"type":"object"}`)},
-				func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
-				})
-			srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return up },
-				&sdk.StreamableHTTPOptions{JSONResponse: jsonResponse}))
-			t.Cleanup(srv.Close) // after the gateway's, which holds a stream open
+			url := httpUpstream(t, jsonResponse) // stopped after the gateway, which holds a stream open
 			dir := t.TempDir()
 			file := filepath.Join(dir, "gateway.yaml")
-			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", srv.URL)), 0o600)
+			os.WriteFile(file, []byte(fmt.Sprintf("mcp_servers:\n  - name: web\n    url: %s\n    limits: {max_execution_time: 20s}\n", url)), 0o600)
 			rt, _, run := loadGateway(t, file, "mcp.call:web")
 			if res := run("web.huge", `{}`); res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
 				t.Errorf("web.huge: %s %+v, %d bytes of output; want a ResourceError", res.State, res.Error, len(res.Output))
@@ -808,11 +857,10 @@ func TestGateway_SchemaChangedWhileRunning(t *testing.T) {
 	}
 	// The notification comes on its own: the call that follows it refuses.
 	var res *tgruntime.Result
-	for i := 0; i < 100; i++ {
-		if res = run("up.echo", `{"text":"after"}`); res.State != "COMPLETED" {
+	for guard := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if res = run("up.echo", `{"text":"after"}`); res.State != "COMPLETED" || time.Now().After(guard) { // a hang guard, not a timing assertion
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	if res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || !strings.Contains(res.Error.Message, "changed the definition of echo") {
 		t.Errorf("up.echo after its schema changed: %s %+v", res.State, res.Error)

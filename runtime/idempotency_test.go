@@ -356,20 +356,18 @@ func TestIdempotency_TransientFailureFreesTheKey(t *testing.T) {
 	rt, _ := openRuntime(t, &tgruntime.Options{MaxConcurrent: 1, SlotWait: -1, Retry: tgruntime.RetryPolicy{MaxRetries: -1}},
 		blocker(started, release), countingTool("test.count", &runs))
 	ctx := context.Background()
-	go rt.Execute(ctx, invoke("test.block", `{"msg":"x"}`))
+	blocked := make(chan struct{})
+	go func() {
+		defer close(blocked)
+		rt.Execute(ctx, invoke("test.block", `{"msg":"x"}`))
+	}()
 	<-started
 	if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); !errors.Is(err, tgruntime.ErrResource) {
 		t.Fatalf("no slot: %v", err)
 	}
 	close(release)
-	var res *tgruntime.Result
-	var err error
-	for range 100 { // the blocker releases its slot as it returns
-		if res, err = rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k")); !errors.Is(err, tgruntime.ErrResource) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-blocked // the blocker released its slot before its call returned
+	res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, "k"))
 	if err != nil || res.Replayed || runs.Load() != 1 {
 		t.Fatalf("retry after a transient failure: %v, replayed %v, runs %d", err, res.Replayed, runs.Load())
 	}

@@ -147,9 +147,10 @@ func TestExecute_ToolSlotWaitHoldsNoGlobalSlot(t *testing.T) {
 // Rule 5 for in-process tools: a CPU-bound tool that checks its context is
 // aborted at the deadline, recorded as a timeout, and its writes rolled back.
 func TestExecute_CPUBoundToolAbortedAtDeadline(t *testing.T) {
-	var spins, entered atomic.Int64
+	var spins atomic.Int64
+	returned := make(chan struct{}) // closed when the tool returns: it ran, and its write was made
 	busy := tool(decl("test.spin", limit(200*time.Millisecond)), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
-		entered.Add(1)
+		defer close(returned)
 		if err := env.State.Put("test", "last", []byte("dirty")); err != nil {
 			return msg{}, err
 		}
@@ -172,11 +173,12 @@ func TestExecute_CPUBoundToolAbortedAtDeadline(t *testing.T) {
 		t.Errorf("code = %q; want timeout (error.type on the span)", res.Error.Code)
 	}
 	checkAttempt(t, rt, res, lifecycle.RolledBack, pathAborted)
-	for i := 0; i < 500 && entered.Load() == 0; i++ {
-		time.Sleep(10 * time.Millisecond) // a loaded machine may start it late
-	}
-	if entered.Load() == 0 {
-		t.Error("the tool never ran: the test proved nothing")
+	// The tool may start after the deadline on a loaded machine (it runs
+	// anyway, and returns at once): wait for it, whenever that is.
+	select {
+	case <-returned:
+	case <-time.After(time.Minute): // a hang guard, not a timing assertion
+		t.Fatal("the tool never ran: the test proved nothing")
 	}
 	if _, ok := stateOf(t, rt); ok {
 		t.Error("the aborted tool's write was committed")

@@ -173,13 +173,8 @@ func serveOnce(t *testing.T, dir string) {
 	}()
 	c, err := client.New("http://"+addr, "tok", nil)
 	must(t, err)
-	var res *client.Result
-	for range 250 {
-		if res, err = c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)}); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the server is starting
-	}
+	waitServing(t, &errb, done)
+	res, err := c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)})
 	stop()
 	code := <-done
 	if err != nil || res.State != "COMPLETED" {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/server"
@@ -37,13 +36,8 @@ func TestServe_RequestLog(t *testing.T) {
 		go func() { done <- Main(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb}) }()
 		c, err := client.New("http://"+addr, "tok", nil)
 		must(t, err)
-		var res *client.Result
-		for range 100 {
-			if res, err = c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)}); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond) // the server is starting
-		}
+		waitServing(t, &errb, done)
+		res, err := c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)})
 		if err != nil {
 			t.Fatalf("execute through serve: %v\n%s", err, errb.String())
 		}

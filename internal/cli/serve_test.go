@@ -72,13 +72,8 @@ func TestServe_RunsAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res *client.Result
-	for range 100 {
-		if res, err = c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)}); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the server is starting
-	}
+	waitServing(t, &errb, done)
+	res, err := c.Execute(context.Background(), client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`)})
 	if err != nil || !strings.Contains(string(res.Output), "hello") {
 		t.Fatalf("execute through serve: %v\n%s", err, errb.String())
 	}
@@ -98,6 +93,26 @@ func TestServe_RunsAndStops(t *testing.T) {
 		t.Errorf("the served invocations are not in the database:\n%s", r.stdout)
 	}
 
+}
+
+// waitServing waits until toolgate serve, run by Main with stderr errb,
+// says it serves (its listener is open from then on), however long a
+// loaded machine takes to start it; it fails the test if serve exits
+// first (its code is put back in done, for the caller's cleanup).
+func waitServing(t *testing.T, errb *syncBuffer, done chan int) {
+	t.Helper()
+	guard := time.Now().Add(time.Minute) // a hang guard, not a timing assertion
+	for !strings.Contains(errb.String(), "toolgate: serving on http://") {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("toolgate serve exited %d before it served:\n%s", code, errb.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("toolgate serve did not serve within a minute:\n%s", errb.String())
+		}
+	}
 }
 
 // The config file's idempotencyTTL reaches the runtime toolgate serve
@@ -122,13 +137,8 @@ func TestServe_IdempotencyTTL(t *testing.T) {
 	c, err := client.New("http://"+addr, "tok", nil)
 	must(t, err)
 	keyed := client.Invocation{Tool: "file.read", Input: json.RawMessage(`{"path":"hello.txt"}`), IdempotencyKey: "k"}
-	var first *client.Result
-	for range 100 {
-		if first, err = c.Execute(context.Background(), keyed); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the server is starting
-	}
+	waitServing(t, &errb, done)
+	first, err := c.Execute(context.Background(), keyed)
 	if err != nil {
 		t.Fatalf("execute through serve: %v\n%s", err, errb.String())
 	}

@@ -35,19 +35,8 @@ func startServe(t *testing.T, args ...string) (addr string, stderr *syncBuffer) 
 		done <- Main(ctx, append([]string{"serve", "--addr", addr}, args...), Stdio{In: strings.NewReader(""), Out: &out, Err: stderr})
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	for range 250 {
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return addr, stderr
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d:\n%s", code, stderr.String())
-		case <-time.After(20 * time.Millisecond): // the server is starting
-		}
-	}
-	t.Fatalf("serve did not start:\n%s", stderr.String())
-	return "", nil
+	waitServing(t, stderr, done)
+	return addr, stderr
 }
 
 // serve mounts the web UI under /ui/ by default, and not with --no-ui.
