@@ -2,11 +2,8 @@ package runtime_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -30,35 +28,7 @@ import (
 
 func sharedPostgres(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("TOOLGATE_TEST_POSTGRES")
-	if base == "" {
-		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestPostgresNodes ./runtime")
-	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "toolgate_rt_" + hex.EncodeToString(b[:])
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, base)
-		if err == nil {
-			_, _ = c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-			c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return testdb.FreshPostgres(t)
 }
 
 // twoNodes opens two runtimes on dbURL whose tool test.count counts its

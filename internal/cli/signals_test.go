@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/txn"
@@ -74,26 +69,6 @@ func findProc(cmdline string, ok func(procInfo) bool) (procInfo, bool) {
 	return procInfo{}, false
 }
 
-// freshPostgresDB creates a database for one test on the server of
-// $TOOLGATE_TEST_POSTGRES, dropped when the test ends, and returns its URL.
-func freshPostgresDB(t *testing.T, base string) string {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	must(t, err)
-	t.Cleanup(func() { admin.Close(ctx) })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "toolgate_procdeath_" + hex.EncodeToString(b[:])
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	must(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)") })
-	u, err := url.Parse(base)
-	must(t, err)
-	u.Path = "/" + name
-	return u.String()
-}
-
 // A `toolgate run` of exec_status is killed with SIGKILL while the tool's
 // process runs. The tool's process dies with it, within a second. What
 // that process started (here a second sleep in its process group, which
@@ -117,7 +92,7 @@ func TestKill9_ProcessToolDiesWithToolgate(t *testing.T) {
 			t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestKill9_ProcessToolDiesWithToolgate ./internal/cli")
 		}
 		dir := workdir(t)
-		kill9DuringExecStatus(t, dir, freshPostgresDB(t, base), true)
+		kill9DuringExecStatus(t, dir, freshPostgres(t), true)
 	})
 }
 
@@ -431,7 +406,7 @@ func TestPostgres_SameNodeNameSaysWhoRuns(t *testing.T) {
 		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestPostgres_SameNodeNameSaysWhoRuns ./internal/cli")
 	}
 	dir := workdir(t)
-	db := freshPostgresDB(t, base)
+	db := freshPostgres(t)
 	node, err := txn.Open(db, &txn.Options{Node: "a"})
 	must(t, err)
 	defer node.Close()
@@ -457,7 +432,7 @@ func TestDoctor_EmptyPostgresIsFine(t *testing.T) {
 		t.Skip("TOOLGATE_TEST_POSTGRES is not set; run it with: bash scripts/pg-test.sh run go test -run TestDoctor_EmptyPostgresIsFine ./internal/cli")
 	}
 	workdir(t)
-	db := freshPostgresDB(t, base)
+	db := freshPostgres(t)
 	rep, r := doctor(t, "--db", db)
 	if d := databaseCheck(t, rep); r.code != ExitCompleted || !rep.OK || !strings.Contains(d, "empty: no toolgate schema yet; the first toolgate run or serve creates it") {
 		t.Errorf("doctor: exit %d, database check %q\n%s", r.code, d, r.stdout)

@@ -5,8 +5,6 @@ package nodetest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -381,27 +380,7 @@ func freeAddr(t *testing.T) string {
 // freshDatabase creates an empty database on the test server, dropped at
 // cleanup, and returns its URL.
 func freshDatabase(t *testing.T, base string) string {
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	must(t, err)
-	defer admin.Close(ctx)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "toolgate_kill_" + hex.EncodeToString(b[:])
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	must(t, err)
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return
-		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-	})
-	u, err := url.Parse(base)
-	must(t, err)
-	u.Path = "/" + name
-	return u.String()
+	return testdb.FreshPostgres(t)
 }
 
 func must(t *testing.T, err error) {
