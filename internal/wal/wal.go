@@ -157,7 +157,7 @@ func parse(data []byte) ([]Entry, int, error) {
 			continue // cheap: most garbage fails here, before a CRC
 		}
 		if e, _, ok := frameAt(data, i); ok && e.durable > int64(off) {
-			return nil, 0, fmt.Errorf("%w: a damaged entry at byte %d is followed by entry %d", ErrCorrupt, off, e.Seq)
+			return nil, 0, fmt.Errorf("%w: a damaged entry at byte %d is followed by entry %d (at %d, written when %d bytes were durable; %d entries before, %d bytes)", ErrCorrupt, off, e.Seq, i, e.durable, len(entries), len(data))
 		}
 	}
 	return entries, off, nil
@@ -212,10 +212,9 @@ func (l *Log) Append(payload []byte) (uint64, error) {
 	return seq, nil
 }
 
-// Sync writes what Append buffered and makes the log durable. An error
-// leaves the log unusable: what it holds on disk is then unknown, and
-// only reopening it (which reads back what is there) goes on.
-func (l *Log) Sync() error {
+// Write hands what Append buffered to the file, without a sync: a crash
+// of the process keeps it, a crash of the machine may not.
+func (l *Log) Write() error {
 	if l.err != nil {
 		return l.err
 	}
@@ -225,6 +224,16 @@ func (l *Log) Sync() error {
 		}
 		l.written += int64(len(l.buf))
 		l.buf = l.buf[:0]
+	}
+	return nil
+}
+
+// Sync writes what Append buffered and makes the log durable. An error
+// leaves the log unusable: what it holds on disk is then unknown, and
+// only reopening it (which reads back what is there) goes on.
+func (l *Log) Sync() error {
+	if err := l.Write(); err != nil {
+		return err
 	}
 	return l.sync()
 }
@@ -261,6 +270,17 @@ func (l *Log) Reset(next uint64) error {
 		return err
 	}
 	l.size, l.written, l.durable, l.next = 0, 0, 0, next
+	return nil
+}
+
+// Renumber sets the number of the next entry of a log that holds none,
+// as Reset does without writing (there is nothing to empty): the entries'
+// numbers go on from a checkpoint that emptied the log before.
+func (l *Log) Renumber(next uint64) error {
+	if l.size != 0 {
+		return errors.New("the write-ahead log is renumbered while it holds entries")
+	}
+	l.next = next
 	return nil
 }
 

@@ -4,6 +4,7 @@
 package crashfile
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,19 +16,30 @@ import (
 const block = 512
 
 // File is a file in memory. What was written shows at once to its
-// readers; what a crash keeps is what was synced, and of the rest any
-// mix of sectors: each the new data or the old (past the synced size:
+// readers; what a crash keeps is what was synced (a truncation not synced:
+// either as if it had not happened, and nothing after it, or done), and of
+// the rest any mix of sectors: each the new data or the old (past the synced size:
 // zeros or whatever the disk held), with the size anywhere between the synced one and the current.
 type File struct {
 	mu      sync.Mutex
 	data    []byte // what readers see
-	durable []byte // what a crash surely keeps
+	durable []byte // what a crash surely keeps, once a truncation is
 	syncs   int
+	// untruncated is the file as the last sync left it, when a truncation
+	// below that has not been synced since: a crash may lose that
+	// truncation (a file system's metadata change, whole or not at all),
+	// and with it every write after it.
+	untruncated []byte
 
 	// FailSync, when set, is returned by the next Sync (once), which then
 	// syncs nothing; FailWrite likewise by the next WriteAt, which writes
 	// nothing.
 	FailSync, FailWrite error
+
+	// BeforeSync and AfterSync, when set, are called at the start and at
+	// the end of each Sync (after a failed one too): a test takes its
+	// crash there.
+	BeforeSync, AfterSync func()
 }
 
 // New returns an empty file.
@@ -66,6 +78,12 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 func (f *File) Truncate(size int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if size < int64(len(f.durable)) {
+		if f.untruncated == nil {
+			f.untruncated = f.durable
+		}
+		f.durable = f.durable[:size:size]
+	}
 	if size < int64(len(f.data)) {
 		f.data = f.data[:size]
 	} else {
@@ -75,13 +93,20 @@ func (f *File) Truncate(size int64) error {
 }
 
 func (f *File) Sync() error {
+	if f.BeforeSync != nil {
+		f.BeforeSync()
+	}
+	if f.AfterSync != nil {
+		defer f.AfterSync()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.FailSync; err != nil {
 		f.FailSync = nil
 		return err
 	}
-	f.durable = append(f.durable[:0], f.data...)
+	f.durable = append([]byte(nil), f.data...)
+	f.untruncated = nil
 	f.syncs++
 	return nil
 }
@@ -106,6 +131,9 @@ func (f *File) Syncs() int {
 func (f *File) Crash(rng *rand.Rand) *File {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.untruncated != nil && rng.IntN(2) == 0 { // the truncation was lost, and what followed
+		return &File{data: bytes.Clone(f.untruncated), durable: bytes.Clone(f.untruncated)}
+	}
 	lo, hi := len(f.durable), len(f.data)
 	if lo > hi {
 		lo, hi = hi, lo // a truncation not synced: either size may stay
