@@ -157,7 +157,7 @@ func parse(data []byte) ([]Entry, int, error) {
 			continue // cheap: most garbage fails here, before a CRC
 		}
 		if e, _, ok := frameAt(data, i); ok && e.durable > int64(off) {
-			return nil, 0, fmt.Errorf("%w: a damaged entry at byte %d is followed by entry %d (at %d, written when %d bytes were durable; %d entries before, %d bytes)", ErrCorrupt, off, e.Seq, i, e.durable, len(entries), len(data))
+			return nil, 0, fmt.Errorf("%w: the entry at byte %d is damaged, and entry %d (at byte %d) was written once it was durable", ErrCorrupt, off, e.Seq, i)
 		}
 	}
 	return entries, off, nil
