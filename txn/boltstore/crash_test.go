@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -270,4 +271,78 @@ func crashRun(t *testing.T, run int, dir string, register func(string, *crashfil
 		fail("audit verify after a new write: %v", p)
 	}
 	return mode
+}
+
+// The log's disk fills up, or fails, at a write or at a sync: the write
+// fails with an error that says what to fix, the store refuses every later
+// one, and reopened (once the disk has room) it holds every write
+// acknowledged before, nothing of the failed one, and a chain audit verify
+// accepts.
+func TestLog_DiskFullOrFailing(t *testing.T) {
+	logs := map[string]*crashfile.File{}
+	restore := boltstore.SetCrashTest(func(path string) (*wal.Log, []wal.Entry, error) {
+		return wal.OpenFile(logs[path])
+	}, 8<<20)
+	defer restore()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		fail func(*crashfile.File)
+		want string
+	}{
+		{"write ENOSPC", func(f *crashfile.File) { f.FailWrite = syscall.ENOSPC }, "full: free space on it, then reopen"},
+		{"sync ENOSPC", func(f *crashfile.File) { f.FailSync = syscall.ENOSPC }, "full: free space on it, then reopen"},
+		{"write EROFS", func(f *crashfile.File) { f.FailWrite = syscall.EROFS }, "read-only: make it writable, then reopen"},
+		{"sync EIO", func(f *crashfile.File) { f.FailSync = syscall.EIO }, "check the disk, then reopen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "toolgate.db")
+			live := crashfile.New()
+			logs[boltstore.WALPath(path)] = live
+			s, err := txn.Open(path, &txn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := s.Put(ctx, record(fmt.Sprint("ok", i), "DENIED"), event("ok")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.fail(live)
+			err = s.Put(ctx, record("lost", "DENIED"), event("lost"))
+			if !errors.Is(err, txn.ErrPoisoned) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("the write that failed: %v; want ErrPoisoned saying %q", err, tc.want)
+			}
+			if err := s.Put(ctx, record("after", "DENIED")); !errors.Is(err, txn.ErrPoisoned) {
+				t.Fatalf("a write after the failure: %v, want ErrPoisoned", err)
+			}
+			s.Close()
+			// The machine loses what was not synced; the disk has room again.
+			after := filepath.Join(filepath.Dir(path), "after.db")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(after, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			logs[boltstore.WALPath(after)] = live.Crash(rand.New(rand.NewPCG(1, 2)))
+			s2, err := txn.Open(after, &txn.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			for i := range 3 {
+				if _, err := s2.Get(ctx, fmt.Sprint("ok", i)); err != nil {
+					t.Errorf("acknowledged ok%d lost: %v", i, err)
+				}
+			}
+			if _, err := s2.Get(ctx, "after"); !errors.Is(err, txn.ErrNotFound) {
+				t.Errorf("a write refused after the failure is there: %v", err)
+			}
+			if p := storetest.Verify(ctx, s2); len(p) > 0 {
+				t.Errorf("audit verify: %v", p)
+			}
+		})
+	}
 }
