@@ -85,6 +85,21 @@ func (e *Event) AppendJSON(b []byte) []byte {
 			b = append(b, `,"reason":`...)
 			b = appendJSONString(b, d.Reason)
 		}
+		if c := d.Cedar; c != nil {
+			b = append(b, `,"cedar":{"revision":`...)
+			b = appendJSONString(b, c.Revision)
+			b = append(b, `,"effect":`...)
+			b = appendJSONString(b, c.Effect)
+			if len(c.Policies) > 0 {
+				b = append(b, `,"policies":`...)
+				b = appendJSONStrings(b, c.Policies)
+			}
+			if len(c.Approvers) > 0 {
+				b = append(b, `,"approvers":`...)
+				b = appendJSONStrings(b, c.Approvers)
+			}
+			b = append(b, '}')
+		}
 		b = append(b, '}')
 	}
 	if e.IdempotencyKey != "" {

@@ -46,6 +46,10 @@ func TestEvent_AppendJSON(t *testing.T) {
 					*l = []string{str(), str()}[:rng.IntN(3)]
 				}
 			}
+			if rng.IntN(2) == 0 {
+				e.Decision.Cedar = &audit.CedarDecision{Revision: str(), Effect: str(),
+					Policies: []string{str(), str()}[:rng.IntN(3)], Approvers: []string{str()}[:rng.IntN(2)]}
+			}
 		}
 		if rng.IntN(2) == 0 {
 			e.IdempotencyKey, e.IdempotencyBypass = str(), rng.IntN(2) == 0

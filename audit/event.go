@@ -133,6 +133,22 @@ type Decision struct {
 	// Reason says why everything was denied regardless, e.g. an unreadable
 	// policy.
 	Reason string `json:"reason,omitempty"`
+	// Cedar is the decision of the policy's Cedar policies over the call's
+	// arguments, when it has any (absent in events written before them).
+	Cedar *CedarDecision `json:"cedar,omitempty"`
+}
+
+// CedarDecision is the part of a decision the Cedar policies over a
+// call's arguments made.
+type CedarDecision struct {
+	// Revision is the SHA-256 of the Cedar policy set's files and groups.
+	Revision string `json:"revision"`
+	// Effect is allow, deny or approval.
+	Effect string `json:"effect"`
+	// Policies are the ids of the policies that determined it.
+	Policies []string `json:"policies,omitempty"`
+	// Approvers are the groups whose member must approve (approval).
+	Approvers []string `json:"approvers,omitempty"`
 }
 
 // ErrorDetails describes why an attempt did not complete.

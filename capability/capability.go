@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 )
 
 // Capability is a capability name with an optional scope.
@@ -40,7 +39,7 @@ func Parse(s string) (Capability, error) {
 	if scope == "" {
 		return Capability{}, fmt.Errorf("%w %q: empty scope after ':'", ErrInvalid, s)
 	}
-	if strings.IndexFunc(scope, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+	if strings.ContainsFunc(scope, spaceOrControl) {
 		return Capability{}, fmt.Errorf("%w %q: scope contains whitespace or control characters", ErrInvalid, s)
 	}
 	if slices.Contains(strings.Split(scope, "/"), "..") {
@@ -159,7 +158,11 @@ func (d Decision) Allowed() bool { return len(d.Missing) == 0 && d.Reason == "" 
 // (filesystem.read:/srv/data) gives exactly its scope even when the grant
 // is broader; an unscoped one (filesystem.read) gives the scopes of the
 // grants that met it. So a tool reaches no more than it declared, and no
-// more than the principal holds.
+// more than the principal holds. A scoped requirement reaches the place of
+// the longest grant covering it (see [Resolve]); of two covering grants of
+// the same scope, made at different times and so perhaps leading to
+// different places, the first in d.Granted: a policy's grant before one
+// given for the decision alone.
 func (d Decision) Effective() []Capability {
 	var out []Capability
 	add := func(c Capability) {
@@ -181,7 +184,8 @@ func (d Decision) Effective() []Capability {
 	return out
 }
 
-// narrowed is req with the place of the longest grant covering it.
+// narrowed is req with the place of the longest grant covering it, the
+// first of equally long ones.
 func narrowed(req Capability, granted []Capability) Capability {
 	var best *Capability
 	for i, g := range granted {

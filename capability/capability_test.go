@@ -1,7 +1,9 @@
 package capability_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -121,5 +123,36 @@ func TestCovers_MCPCall(t *testing.T) {
 		if d.Allowed() != tc.want {
 			t.Errorf("grant %s for %s: allowed %v, want %v", tc.grant, req, d.Allowed(), tc.want)
 		}
+	}
+}
+
+// A capability in JSON is its String form, parsed as Parse parses it.
+func TestCapability_UnmarshalText(t *testing.T) {
+	var c capability.Capability
+	if err := json.Unmarshal([]byte(`"filesystem.read:/srv//data/"`), &c); err != nil || c != (capability.Capability{Name: "filesystem.read", Scope: "/srv/data"}) {
+		t.Errorf("Unmarshal = %+v, %v", c, err)
+	}
+	if err := json.Unmarshal([]byte(`"Filesystem.Read"`), &c); !errors.Is(err, capability.ErrInvalid) || c.Name != "filesystem.read" {
+		t.Errorf("Unmarshal of an invalid name = %+v, %v; want ErrInvalid and c unchanged", c, err)
+	}
+}
+
+// Scopes lists the scopes of the grants of one name, in order, and says
+// when one of them is unscoped (it covers every scope).
+func TestScopes(t *testing.T) {
+	grants := []capability.Capability{
+		capability.MustParse("filesystem.read:/a"),
+		capability.MustParse("filesystem.write:/b"),
+		capability.MustParse("filesystem.read:/c"),
+	}
+	if scopes, all := capability.Scopes(grants, "filesystem.read"); fmt.Sprint(scopes, all) != "[/a /c] false" {
+		t.Errorf("Scopes = %q, %v", scopes, all)
+	}
+	grants = append(grants, capability.MustParse("filesystem.read"))
+	if scopes, all := capability.Scopes(grants, "filesystem.read"); fmt.Sprint(scopes, all) != "[/a /c] true" {
+		t.Errorf("with an unscoped grant: Scopes = %q, %v", scopes, all)
+	}
+	if scopes, all := capability.Scopes(grants, "state.read"); scopes != nil || all {
+		t.Errorf("no grant of the name: Scopes = %q, %v", scopes, all)
 	}
 }

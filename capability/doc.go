@@ -59,8 +59,9 @@
 //	  }
 //	}
 //
-// A file with an error (unknown field, duplicate principal, invalid
-// capability) is refused with its line and column; a policy that cannot be
+// A file with an error (unknown or misspelt field, a field or principal
+// named twice, invalid capability) is refused with the line and column of
+// the string at fault, as written (see [ParsePolicy]); a policy that cannot be
 // read or parsed denies everything, to everyone, with the reason in every
 // decision. [Policy.Decide] returns a [Decision] record: a decision id, the
 // principal, the tool, what was required, granted and missing, the

@@ -13,7 +13,9 @@ func (c Capability) IsFilesystem() bool { return strings.HasPrefix(c.Name, "file
 // scope is an absolute path, every symbolic link in the scope is followed
 // now, once, and Place is set to where the path leads when that differs
 // from the scope. Where the path does not exist yet, the part that exists
-// is resolved and the rest appended as written. Any other capability, a
+// is resolved and the rest appended as written, for up to 256 components
+// that do not exist; a scope with more is left without a place (so a link
+// in it is refused by the handles, not followed). Any other capability, a
 // relative scope and a grant already resolved are returned as they are.
 //
 // A grant names a place, and this is when the place is fixed: a [Policy]

@@ -149,7 +149,7 @@ func TestLoadPolicy_FailsClosed(t *testing.T) {
 		{"wrong version", write(t, dir, "version.json", `{"version": 2, "principals": {}}`), `"version" must be 1`},
 		{"no version", write(t, dir, "noversion.json", `{"principals": {}}`), `"version" must be 1`},
 		{"bad capability", write(t, dir, "badcap.json", "{\"version\": 1,\n \"principals\": {\"alice\": [\"filesystem.read:/srv/../etc\"]}}"), `badcap.json:2:`},
-		{"duplicate principal", write(t, dir, "dup.json", "{\"version\": 1, \"principals\": {\n\"alice\": [],\n\"alice\": [\"process.exec\"]}}"), `dup.json:3:1: principal "alice" is listed twice`},
+		{"duplicate principal", write(t, dir, "dup.json", "{\"version\": 1, \"principals\": {\n\"alice\": [],\n\"alice\": [\"process.exec\"]}}"), `dup.json:3:2: principal "alice" is listed twice`},
 		{"grants not a list", write(t, dir, "type.json", `{"version": 1, "principals": {"alice": "filesystem.read"}}`), "a list of capability strings"},
 		{"empty file", write(t, dir, "empty.json", ""), "empty"},
 		{"trailing data", write(t, dir, "trailing.json", `{"version": 1, "principals": {}} {}`), "after the policy object"},

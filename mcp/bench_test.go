@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +17,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/mcp"
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // BenchmarkNoopOverMCP measures a no-op tool called over MCP stdio (the
@@ -155,4 +159,168 @@ func processCPU(p *os.Process) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+// BenchmarkGatewayEcho splits what an agent pays for a call through the
+// gateway (issue 29, "What a user of the gateway feels"; `toolgate bench
+// --gateway` measures the whole of it for a user). The upstream is the
+// one of toolgate bench --gateway (bench.ServeEcho: a stdio server built
+// from the SDK with one echo tool, here run from the test binary); four
+// loops take turns, one call each, b.N times after 20 warm-up calls:
+//
+//   - direct: the SDK's client calls the upstream: one SDK hop;
+//   - nosync: in-process Execute of the gateway tool, sync off: the
+//     runtime, the gateway tool and its hop to the upstream;
+//   - sync: the same on a durable database;
+//   - gateway: the SDK's client calls `toolgate mcp` (built, durable),
+//     which calls the upstream: what the agent feels.
+//
+// It reports each loop's p50 and, from them, ratio (gateway / direct),
+// layer-µs (nosync − direct: the runtime and the gateway tool, above the
+// upstream hop), durable-µs (sync − nosync: the claim's and the commit's
+// writes and syncs) and outer-µs (gateway − sync: the agent's hop to
+// toolgate mcp and its MCP layer).
+//
+//	go test -run '^$' -bench GatewayEcho -benchtime 500x ./mcp
+func BenchmarkGatewayEcho(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	file := echoUpstreamFile(b, dir, self)
+	open := func(name string, noSync bool) *tgruntime.Runtime {
+		return echoRuntime(b, file, filepath.Join(dir, name), noSync)
+	}
+	rtNoSync, rtSync := open("nosync.db", true), open("sync.db", false)
+
+	direct := exec.Command(self, "-test.run=^$")
+	direct.Env = []string{"PATH=" + tools.DefaultSearchPath, bareEnv + "=upstream"} // as the gateway starts it
+	direct.Stderr = os.Stderr
+	dcs := connect(b, &sdk.CommandTransport{Command: direct}, nil, "")
+	defer dcs.Close()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TOOLGATE_") {
+			env = append(env, kv)
+		}
+	}
+	gateway := exec.Command(toolgate(b), "--db", filepath.Join(dir, "gateway.db"), "--registry", file,
+		"mcp", "--principal", principal, "--allow", "mcp.call:bench", "--no-local-socket")
+	gateway.Env, gateway.Stderr = env, os.Stderr
+	gcs := connect(b, &sdk.CommandTransport{Command: gateway}, nil, "")
+	defer gcs.Close()
+
+	args := json.RawMessage(`{"text":"hello, upstream"}`)
+	over := func(cs *sdk.ClientSession, name string) func() {
+		params := &sdk.CallToolParams{Name: name, Arguments: args}
+		return func() {
+			if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
+				b.Fatal(err, res)
+			}
+		}
+	}
+	execute := func(rt *tgruntime.Runtime) func() {
+		inv := tgruntime.Invocation{Tool: "bench.echo", Input: args, Principal: principal}
+		return func() {
+			if res, err := rt.Execute(ctx, inv); err != nil || res.State != "COMPLETED" {
+				b.Fatal(err, res)
+			}
+		}
+	}
+	loops := []func(){over(dcs, "echo"), execute(rtNoSync), execute(rtSync), over(gcs, "bench.echo")}
+	for range 20 {
+		for _, f := range loops {
+			f()
+		}
+	}
+	lat := make([][]time.Duration, len(loops))
+	b.ResetTimer()
+	for range b.N {
+		for i, f := range loops {
+			start := time.Now()
+			f()
+			lat[i] = append(lat[i], time.Since(start))
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(loops))
+	for i, l := range lat {
+		slices.Sort(l)
+		p50[i] = float64(l[len(l)/2].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(p50[0], "direct-µs")
+	b.ReportMetric(p50[1], "nosync-µs")
+	b.ReportMetric(p50[2], "sync-µs")
+	b.ReportMetric(p50[3], "gateway-µs")
+	b.ReportMetric(p50[3]/p50[0], "ratio")
+	b.ReportMetric(p50[1]-p50[0], "layer-µs")
+	b.ReportMetric(p50[2]-p50[1], "durable-µs")
+	b.ReportMetric(p50[3]-p50[2], "outer-µs")
+	b.ReportMetric(0, "ns/op") // the loops' sum, which says nothing
+}
+
+// echoUpstreamFile writes a registry file putting the upstream of toolgate
+// bench --gateway (bench.ServeEcho, run from the test binary self) behind
+// the gateway as the server "bench".
+func echoUpstreamFile(b *testing.B, dir, self string) string {
+	file := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`mcp_servers:
+  - name: bench
+    command: %q
+    args: ["-test.run=^$"]
+    env: {%s: upstream}
+    limits: {max_execution_time: 30s}
+`, self, bareEnv)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return file
+}
+
+// echoRuntime opens a runtime on db with the gateway tools of file, the
+// principal granted mcp.call:bench.
+func echoRuntime(b *testing.B, file, db string, noSync bool) *tgruntime.Runtime {
+	gw := mcp.NewGateway(&mcp.GatewayOptions{Stderr: os.Stderr})
+	b.Cleanup(func() { gw.Close() })
+	reg, err := tools.LoadRegistryFileWith(file, gw.Tools)
+	if err != nil {
+		b.Fatal(err)
+	}
+	grants := map[string][]capability.Capability{principal: {capability.MustParse("mcp.call:bench")}}
+	rt, err := tgruntime.Open(db, &tgruntime.Options{Registry: reg, NoSync: noSync, Grants: grants})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rt.Close(context.Background()) })
+	return rt
+}
+
+// BenchmarkGatewayTool is the in-process part of a gateway call alone:
+// Execute of the upstream's echo tool (the runtime, the gateway tool, its
+// hop to the upstream), sync off; its allocations are the toolgate
+// process's (the upstream is a child).
+//
+//	go test -run '^$' -bench GatewayTool -benchtime 2000x -benchmem ./mcp
+func BenchmarkGatewayTool(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	rt := echoRuntime(b, echoUpstreamFile(b, dir, self), filepath.Join(dir, "nosync.db"), true)
+	ctx := context.Background()
+	inv := tgruntime.Invocation{Tool: "bench.echo", Input: json.RawMessage(`{"text":"hello, upstream"}`), Principal: principal}
+	for range 20 {
+		if _, err := rt.Execute(ctx, inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if res, err := rt.Execute(ctx, inv); err != nil || res.State != "COMPLETED" {
+			b.Fatal(err, res)
+		}
+	}
 }

@@ -8,6 +8,11 @@
 //	err = srv.Run(ctx, &sdkmcp.StdioTransport{})       // one agent over stdio
 //	http.Handle("/mcp", srv.Handler(&mcp.HTTPOptions{...})) // streamable HTTP
 //
+// The server does not own its runtime: neither Run nor the Handler closes
+// it. The caller opened it and closes it, once its sessions have ended and
+// its HTTP server has shut down; other front ends may serve the same
+// runtime meanwhile.
+//
 // # Tools and versions
 //
 // tools/list lists every tool of the runtime's registry: under its plain id

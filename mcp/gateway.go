@@ -90,7 +90,9 @@ type GatewayOptions struct {
 // call is cancelled (notifications/cancelled). One message from an upstream
 // is bounded (16 MiB, or twice the largest max_output_bytes of its tools
 // when more): a larger one, a JSON answer over HTTP included, breaks the
-// connection and the call is a ResourceError. A connection that broke is
+// connection and the call is a ResourceError, as is a line from a stdio
+// server that is not one JSON-RPC message (upstreamTransport). A
+// connection that broke is
 // opened again on the next call (for stdio, a new process), and its tools'
 // definitions are checked again, as they are on the next call after the
 // server says its tools changed (notifications/tools/list_changed): a tool
@@ -316,7 +318,7 @@ func (u *upstream) transport() (sdk.Transport, io.Closer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &sdk.IOTransport{Reader: p, Writer: p, MaxLineLength: max}, p, nil
+	return &upstreamTransport{rw: p, max: max}, p, nil
 }
 
 // stderrLog is where a stdio server's standard error goes: the gateway's

@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -174,5 +175,33 @@ func TestServer_SkippedToolsTheSDKRefuses(t *testing.T) {
 	}
 	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "test.tags", Arguments: map[string]any{}}); err == nil {
 		t.Error("a call of the tool left out ran")
+	}
+}
+
+// A line from a stdio upstream that is not a JSON-RPC message ends the
+// connection: the call in flight is a ResourceError (mcp_upstream),
+// recorded, and the next call starts the server again.
+func TestGateway_GarbledLine(t *testing.T) {
+	dir := t.TempDir()
+	file, log := upstreamFile(t, dir, "")
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte("env: {"), []byte(`env: {UPSTREAM_GARBLE: "1", `), 1)
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt := gatewayRuntime(t, file)
+	res, _ := rt.Execute(context.Background(), grantUp("up.garble", `{}`))
+	if res == nil || res.State != "ROLLED_BACK" || res.Error == nil || res.Error.Type != "ResourceError" || res.Error.Code != "mcp_upstream" {
+		t.Fatalf("up.garble: %+v, want ROLLED_BACK, a ResourceError mcp_upstream", res)
+	}
+	if n := calls(t, log, "garble"); n != 1 {
+		t.Errorf("the upstream got %d garble calls, want 1", n)
+	}
+	res, err = rt.Execute(context.Background(), grantUp("up.echo", `{"text":"again"}`))
+	if err != nil || res.State != "COMPLETED" || string(res.Output) != `{"echoed":"again"}` {
+		t.Fatalf("up.echo after the garbled line: %v %+v", err, res)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/internal/bench"
 	"github.com/toolgate/toolgate/internal/gctune"
 	"github.com/toolgate/toolgate/internal/testkit"
 	"github.com/toolgate/toolgate/mcp"
@@ -31,7 +32,7 @@ import (
 
 const (
 	childEnv   = "TOOLGATE_MCP_TEST_CHILD" // the database path
-	bareEnv    = "TOOLGATE_MCP_TEST_BARE"  // sdk: serve bareServer; echo: echo lines
+	bareEnv    = "TOOLGATE_MCP_TEST_BARE"  // sdk: serve bareServer; echo: echo lines; upstream: bench.ServeEcho
 	principal  = "mcp:tester"
 	objSchema  = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"msg":{"type":"string","description":"a message","maxLength":64}},"required":[],"additionalProperties":false}`
 	slowSchema = `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"ms":{"type":"integer","description":"how long to wait","minimum":0,"maximum":600000}},"required":["ms"],"additionalProperties":false}`
@@ -44,6 +45,12 @@ func TestMain(m *testing.M) {
 		os.Exit(bareChild())
 	case "echo":
 		os.Exit(echoChild())
+	case "upstream": // the upstream of toolgate bench --gateway
+		if err := bench.ServeEcho(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	if db := os.Getenv(childEnv); db != "" {
 		os.Exit(child(db))

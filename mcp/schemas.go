@@ -55,7 +55,10 @@ const pendingSchema = `{"title":"Approval required","description":"The call need
 	`"tool":{"type":"string","description":"the tool's id"},` +
 	`"version":{"type":"string","description":"the tool's version"},` +
 	`"approve":{"type":"string","description":"what a person runs to approve it"},` +
-	`"then":{"type":"string","description":"what to call once it is approved"}},` +
+	`"then":{"type":"string","description":"what to call once it is approved"},` +
+	`"policies":{"type":"array","items":{"type":"string"},"description":"the ids of the Cedar policies that ask for a person"},` +
+	`"policySet":{"type":"string","description":"the revision of the Cedar policy set"},` +
+	`"approvers":{"type":"array","items":{"type":"string"},"description":"the groups a member of which must approve"}},` +
 	`"required":["status","intentId","hash","tool","version","approve","then"],"additionalProperties":false}`
 
 // executeIntentInput is the input schema of toolgate.execute_intent: the

@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/internal/ratelimit"
 	"github.com/toolgate/toolgate/lifecycle"
 	"github.com/toolgate/toolgate/oauth"
+	"github.com/toolgate/toolgate/rules"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -207,7 +208,13 @@ func (s *Server) add(e *tools.Entry, name string) {
 		s.opts.Logger.Warn("tool left out of tools/list: its input schema is not of type \"object\", which MCP requires", "tool", d.Key())
 		return
 	}
-	out, wrap, err := outputSchema(d)
+	// A call a Cedar policy asks a person about answers the
+	// approval_required object, as a tool requiring approval does.
+	sd := d
+	if set := s.rt.Policy().Rules(); set != nil && set.MayAsk(d.ID, d.Version) {
+		sd.RequiresApproval = true
+	}
+	out, wrap, err := outputSchema(sd)
 	if err != nil {
 		s.skipped = append(s.skipped, name+": "+err.Error())
 		s.opts.Logger.Warn("tool left out of tools/list: "+err.Error(), "tool", d.Key())
@@ -270,6 +277,8 @@ type request struct {
 	principal string
 	grants    []capability.Capability // Options.Grants, and what the policy grants an OAuth token's scopes and claims
 	token     *audit.Token            // the OAuth access token the call came with, if any
+	scopes    []string                // its scopes and grant claims, which Cedar policies see
+	claims    map[string][]string
 	callID    string
 	session   string
 	rpcID     string
@@ -279,6 +288,7 @@ type request struct {
 func (s *Server) request(req *sdk.CallToolRequest) (request, error) {
 	r := request{}
 	r.principal, r.grants, r.token = s.caller(req.Extra)
+	r.scopes, r.claims = tokenClaims(req.Extra)
 	meta := req.Params.Meta
 	if v, ok := meta[s.tagKey].(string); ok {
 		r.session, r.rpcID, _ = strings.Cut(v, " ")
@@ -381,11 +391,11 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, e *tools.En
 	}
 	inv := tgruntime.Invocation{
 		Tool: d.ID, Version: d.Version, Input: input, CallID: r.callID,
-		Principal: r.principal, Grants: r.grants, Token: r.token, IdempotencyKey: r.key,
+		Principal: r.principal, Grants: r.grants, Token: r.token, Scopes: r.scopes, Claims: r.claims, IdempotencyKey: r.key,
 	}
 	ctx, stop := s.progress(ctx, req, d)
 	defer stop()
-	if d.RequiresApproval {
+	if d.RequiresApproval || s.asks(e, inv) {
 		return s.approval(ctx, req, e, inv)
 	}
 	res, err := s.rt.Execute(ctx, inv)
@@ -400,7 +410,8 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 	if len(inv.Input) > 0 && e.ValidateInput(inv.Input) != nil {
 		return s.answer(s.rt.Execute(ctx, inv)) // FAILED, recorded
 	}
-	if dec := s.rt.Decide(inv.Principal, e, inv.Input, inv.Grants); !dec.Allowed() {
+	dec := s.rt.DecideFor(callerOf(inv), e, inv.Input, inv.Grants)
+	if !dec.Allowed() {
 		return s.answer(s.rt.Execute(ctx, inv)) // DENIED, recorded
 	}
 	hash, err := tgruntime.IntentHash(d.ID, d.Version, inv.Input)
@@ -421,14 +432,29 @@ func (s *Server) approval(ctx context.Context, req *sdk.CallToolRequest, e *tool
 			inv.Tool, inv.Version, inv.Input = "", "", nil
 			return s.answer(s.rt.Execute(ctx, inv))
 		case "pending":
-			return s.elicit(ctx, req, inv, in)
+			return s.elicit(ctx, req, inv, in, dec.Rules)
 		} // rejected: a new intent
 	}
 	in, err = s.rt.Propose(ctx, inv)
 	if err != nil {
 		return s.answer(nil, err)
 	}
-	return s.elicit(ctx, req, inv, in)
+	return s.elicit(ctx, req, inv, in, dec.Rules)
+}
+
+// asks reports whether the policy's Cedar policies ask a person about
+// inv, a call of e (valid input, allowed otherwise): it then becomes an
+// intent, as a call of a tool requiring approval does.
+func (s *Server) asks(e *tools.Entry, inv tgruntime.Invocation) bool {
+	if s.rt.Policy().Rules() == nil || e.ValidateInput(inv.Input) != nil {
+		return false
+	}
+	d := s.rt.DecideFor(callerOf(inv), e, inv.Input, inv.Grants)
+	return d.Allowed() && d.Rules != nil && d.Rules.Effect == rules.Approval
+}
+
+func callerOf(inv tgruntime.Invocation) tools.Caller {
+	return tools.Caller{Principal: inv.Principal, Scopes: inv.Scopes, Claims: inv.Claims}
 }
 
 // Via is how an approval through elicitation is recorded
@@ -449,19 +475,19 @@ var elicitSchema = json.RawMessage(`{"type":"object","properties":{"approve":{"t
 // Otherwise (off, no capability, declined, cancelled, an answer to a
 // question this server did not ask) the intent stays pending and the call
 // answers approval_required.
-func (s *Server) elicit(ctx context.Context, req *sdk.CallToolRequest, inv tgruntime.Invocation, in *tgruntime.Intent) (*sdk.CallToolResult, error) {
+func (s *Server) elicit(ctx context.Context, req *sdk.CallToolRequest, inv tgruntime.Invocation, in *tgruntime.Intent, rd *rules.Decision) (*sdk.CallToolResult, error) {
 	if !s.opts.ApproveViaElicitation || req.Session == nil {
-		return s.pending(in), nil
+		return s.pending(in, rd), nil
 	}
 	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
-		return s.pending(in), nil
+		return s.pending(in, rd), nil
 	}
 	key, state := "toolgate.approve."+in.ID, s.requestState(in, inv.Principal)
 	if answer, ok := req.Params.InputResponses[key].(*sdk.ElicitResult); ok {
 		// Only an answer to the question this server asked about this very
 		// intent, for this principal, counts.
 		if !hmac.Equal([]byte(req.Params.RequestState), []byte(state)) || answer.Action != "accept" || answer.Content["approve"] != true {
-			return s.pending(in), nil
+			return s.pending(in, rd), nil
 		}
 		if _, err := s.rt.ApproveVia(ctx, in.ID, inv.Principal, Via); err != nil {
 			return s.answer(nil, err)
@@ -472,7 +498,7 @@ func (s *Server) elicit(ctx context.Context, req *sdk.CallToolRequest, inv tgrun
 	}
 	canonical, err := canonicalCall(in)
 	if err != nil {
-		return s.pending(in), nil
+		return s.pending(in, rd), nil
 	}
 	msg := fmt.Sprintf("The agent asks to run %s@%s, which requires a person's approval. Approving runs exactly this call, once, "+
 		"as %s; the approval is recorded as yours, via elicitation.\n\nThe call (canonical JSON):\n%s\n\nIts SHA-256 (intent %s):\n%s",
@@ -515,17 +541,27 @@ func canonicalCall(in *tgruntime.Intent) ([]byte, error) {
 	return b, nil
 }
 
-func (s *Server) pending(in *tgruntime.Intent) *sdk.CallToolResult {
+func (s *Server) pending(in *tgruntime.Intent, rd *rules.Decision) *sdk.CallToolResult {
 	approve := fmt.Sprintf(s.opts.ApproveHint, in.ID)
 	v := map[string]any{
 		"status": "approval_required", "intentId": in.ID, "hash": in.Hash,
 		"tool": in.Tool, "version": in.Version, "approve": approve,
 		"then": fmt.Sprintf("call %s with {\"id\": %q, \"hash\": %q}, or repeat this call", ExecuteIntentTool, in.ID, in.Hash),
 	}
+	why, who := "requires a person's approval", "a person"
+	if rd != nil && rd.Effect == rules.Approval {
+		// Which Cedar policies asked, under which policy set, and whom.
+		v["policies"], v["policySet"] = rd.Policies, rd.Revision
+		why = "needs a person's approval under Cedar policy " + strings.Join(rd.Policies, ", ") + " (policy set " + rd.Revision + ")"
+		if len(rd.Approvers) > 0 {
+			v["approvers"] = rd.Approvers
+			who = "a member of " + strings.Join(rd.Approvers, " and ")
+		}
+	}
 	b, _ := json.Marshal(v)
-	text := fmt.Sprintf("%s@%s requires a person's approval and did not run. Intent %s (hash %s) waits for it: a person approves it with `%s`. "+
+	text := fmt.Sprintf("%s@%s %s and did not run. Intent %s (hash %s) waits for it: %s approves it with `%s`. "+
 		"Once approved, call %s with {\"id\": %q, \"hash\": %q}, or repeat this call; it runs once.\n%s",
-		in.Tool, in.Version, in.ID, in.Hash, approve, ExecuteIntentTool, in.ID, in.Hash, b)
+		in.Tool, in.Version, why, in.ID, in.Hash, who, approve, ExecuteIntentTool, in.ID, in.Hash, b)
 	return &sdk.CallToolResult{
 		Content:           []sdk.Content{&sdk.TextContent{Text: text}},
 		StructuredContent: json.RawMessage(b), // the approval_required branch of the tool's outputSchema
@@ -551,7 +587,7 @@ func (s *Server) executeIntent(ctx context.Context, req *sdk.CallToolRequest) (*
 	defer stop()
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: ref.ID, IntentHash: ref.Hash, CallID: r.callID,
-		Principal: r.principal, Grants: r.grants, Token: r.token,
+		Principal: r.principal, Grants: r.grants, Token: r.token, Scopes: r.scopes, Claims: r.claims,
 	})
 	return s.answer(res, err)
 }

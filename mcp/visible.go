@@ -7,6 +7,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/oauth"
+	"github.com/toolgate/toolgate/rules"
+	"github.com/toolgate/toolgate/tools"
 )
 
 // visibleTools answers tools/list with the tools its caller could run, or
@@ -28,9 +31,11 @@ func (s *Server) visibleTools(next sdk.MethodHandler) sdk.MethodHandler {
 			return res, nil
 		}
 		principal, grants, _ := s.caller(req.GetExtra())
+		who := tools.Caller{Principal: principal}
+		who.Scopes, who.Claims = tokenClaims(req.GetExtra())
 		shown := make([]*sdk.Tool, 0, len(list.Tools))
 		for _, t := range list.Tools {
-			if s.mayCall(principal, grants, t.Name) {
+			if s.mayCall(who, grants, t.Name) {
 				shown = append(shown, t)
 			}
 		}
@@ -40,9 +45,11 @@ func (s *Server) visibleTools(next sdk.MethodHandler) sdk.MethodHandler {
 	}
 }
 
-// mayCall reports whether principal, with grants, could call the tool named
-// name with an input that gives no optional field.
-func (s *Server) mayCall(principal string, grants []capability.Capability, name string) bool {
+// mayCall reports whether who, with grants, could call the tool named name
+// with an input that gives no optional field. A Cedar policy that forbids
+// such a call hides the tool; one that fails on the empty input (it reads
+// a field only a call gives) does not: the call decides it.
+func (s *Server) mayCall(who tools.Caller, grants []capability.Capability, name string) bool {
 	if name == ExecuteIntentTool {
 		return true
 	}
@@ -50,7 +57,20 @@ func (s *Server) mayCall(principal string, grants []capability.Capability, name 
 	if !ok {
 		return false // not one of toolgate's: never shown by mistake
 	}
-	return s.rt.Decide(principal, e, json.RawMessage(`{}`), grants).Allowed()
+	d := s.rt.DecideFor(who, e, json.RawMessage(`{}`), grants)
+	return d.Allowed() || (len(d.Missing) == 0 && d.Rules != nil && d.Rules.Effect == rules.Deny && d.Rules.Failed)
+}
+
+// tokenClaims are the scopes and grant claims of a request's OAuth token,
+// if any: what Cedar policies see of the caller.
+func tokenClaims(extra *sdk.RequestExtra) ([]string, map[string][]string) {
+	if extra == nil || extra.TokenInfo == nil {
+		return nil, nil
+	}
+	if id, ok := extra.TokenInfo.Extra[identityKey].(*oauth.Identity); ok {
+		return id.Scopes, id.Claims
+	}
+	return nil, nil
 }
 
 // privateToolList marks every tools/list answer private (protocol

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/toolgate/toolgate/audit"
+	"github.com/toolgate/toolgate/rules"
 	"github.com/toolgate/toolgate/tools"
 	"io/fs"
 	"os"
@@ -36,7 +37,10 @@ var (
 	ErrState         = errors.New("runtime: state error")
 )
 
-// ErrClosed is returned by Execute after Close has begun.
+// ErrClosed is returned by Execute after Close has begun. It is also the
+// cause with which Close stops the calls still running when its context
+// ends, and with which a front end's shutdown (server.Server.Shutdown)
+// stops the calls it started: such a call's error wraps it.
 var ErrClosed = errors.New("runtime: closed")
 
 // ValidationError: the input (rule 1) or the output (rule 9) does not match
@@ -69,12 +73,18 @@ type AuthorizationError struct {
 	DecisionID     string
 	PolicyRevision string
 	Reason         string
+	// Cedar is the Cedar policies' part of the decision, when the policy
+	// has any: a deny names the policies that forbid the call, an
+	// approval those that ask a person (package rules).
+	Cedar *rules.Decision
 }
 
 func (e *AuthorizationError) Error() string {
 	switch {
 	case e.Err != nil:
 		return fmt.Sprintf("runtime: %s: %v", e.Tool, strings.TrimPrefix(e.Err.Error(), "tools: "))
+	case e.Reason != "" && len(e.Missing) == 0 && e.Cedar != nil && e.Cedar.Effect != rules.Allow:
+		return fmt.Sprintf("runtime: denied: %s: %s", e.Tool, e.Reason)
 	case e.Reason != "":
 		return fmt.Sprintf("runtime: capability denied: %s: %s", e.Tool, e.Reason)
 	}
@@ -87,6 +97,10 @@ func (e *AuthorizationError) code() string {
 	switch {
 	case e.Err != nil:
 		return "capability_boundary"
+	case len(e.Missing) == 0 && e.Cedar != nil && e.Cedar.Effect == rules.Deny:
+		return "cedar_forbidden"
+	case len(e.Missing) == 0 && e.Cedar != nil && e.Cedar.Effect == rules.Approval:
+		return "approval_required"
 	case e.Reason != "":
 		return "policy_unavailable"
 	}

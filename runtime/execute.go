@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/uuid"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/rules"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -125,8 +127,16 @@ func (r *Runtime) Execute(ctx context.Context, inv Invocation) (_ *Result, err e
 // policy plus grants. It is for a caller that checks ahead of Execute (an
 // approval flow); Execute decides again.
 func (r *Runtime) Decide(principal string, e *tools.Entry, input json.RawMessage, grants []capability.Capability) capability.Decision {
+	return r.DecideFor(tools.Caller{Principal: principal}, e, input, grants).Decision
+}
+
+// DecideFor is [Runtime.Decide] for a caller with an OAuth token's scopes
+// and claims, returning the whole decision: with the policy's Cedar
+// policies' part (Rules), which says whether the call needs a person's
+// approval (tools.Decision.NeedsApproval).
+func (r *Runtime) DecideFor(caller tools.Caller, e *tools.Entry, input json.RawMessage, grants []capability.Capability) tools.Decision {
 	decl := e.Declaration()
-	return r.authorize(principal, &decl, input, grants).Decision
+	return r.authorize(caller, &decl, input, grants)
 }
 
 // authorize is rule 2's decision on what input requires
@@ -135,8 +145,13 @@ func (r *Runtime) Decide(principal string, e *tools.Entry, input json.RawMessage
 // filesystem paths lead, looked up as the handles will look them up. Its
 // Reach is what the tool's handles may then reach. An input that cannot
 // name a scope denies, saying why.
-func (r *Runtime) authorize(principal string, decl *tools.Declaration, input json.RawMessage, grants []capability.Capability) tools.Decision {
-	return decl.Decide(r.policy, principal, decl.ID, input, grants, r.opts.WorkDir, r.opts.Now())
+func (r *Runtime) authorize(caller tools.Caller, decl *tools.Declaration, input json.RawMessage, grants []capability.Capability) tools.Decision {
+	return decl.DecideFor(r.policy, caller, decl.ID, input, grants, r.opts.WorkDir, r.opts.Now())
+}
+
+// callerOf is who makes inv, as the policy's Cedar policies see it.
+func callerOf(inv *Invocation) tools.Caller {
+	return tools.Caller{Principal: inv.Principal, Scopes: inv.Scopes, Claims: inv.Claims}
 }
 
 // extras are the attempt's audit event extras; decided says whether the
@@ -313,19 +328,26 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 
 	// Rule 2: capability authorization, deny by default.
 	sp.phase("authorize")
-	td := r.authorize(c.inv.Principal, &c.decl, c.inv.Input, c.inv.Grants)
+	td := r.authorize(callerOf(c.inv), &c.decl, c.inv.Input, c.inv.Grants)
 	d := td.Decision
 	rec.Capabilities = capability.Strings(d.Granted)
-	if c.decl.RequiresApproval && c.intent == nil && d.Allowed() {
-		d.Reason = c.decl.Key() + " requires an approved intent: propose it, have it approved, and run it with the intent's id and hash"
+	if td.NeedsApproval(&c.decl) && d.Allowed() {
+		switch why := approvalWhy(&c.decl, td.Rules); {
+		case c.intent == nil:
+			d.Reason = c.decl.Key() + " requires an approved intent" + why + ": propose it, have it approved, and run it with the intent's id and hash"
+		case td.Rules != nil:
+			if g := r.outsideGroups(c.intent.Decision.By, td.Rules.Approvers); g != "" {
+				d.Reason = fmt.Sprintf("intent %s was approved by %s, who is not a member of %s, whom Cedar policy %s asks to approve it", c.intent.ID, c.intent.Decision.By, g, strings.Join(td.Rules.Policies, ", "))
+			}
+		}
 	}
-	c.decision = decisionRecord(d)
+	c.decision = decisionRecord(d, td.Rules)
 	c.grants = td.Reach
 	if !d.Allowed() {
 		// A path the handle would refuse is refused here, before anything
 		// runs, with the handle's own error (td.Err).
 		return c.end(ctx, m, rec, lifecycle.EventDenied, &AuthorizationError{Principal: d.Principal, Tool: d.Tool,
-			Missing: d.Missing, Err: td.Err, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason})
+			Missing: d.Missing, Err: td.Err, DecisionID: d.ID, PolicyRevision: d.PolicyRevision, Reason: d.Reason, Cedar: td.Rules})
 	}
 	m.Fire(lifecycle.EventGranted, "")
 	sp.transitioned(m, nil)
@@ -530,7 +552,8 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 		OnProcess:   c.r.procs.observer(c.decl.ID),
 		Stager:      c.stage,
 	}
-	env.OnProcessStart = (&procRecord{r: c.r, tx: tx, tool: c.decl.ID}).started
+	procs := &procRecord{r: c.r, tx: tx, tool: c.decl.ID}
+	env.OnProcessStart = procs.started
 	defer env.Close()
 
 	done := make(chan outcome, 1) // buffered: an abandoned tool's send must not block
@@ -545,6 +568,7 @@ func (c *call) run(ctx context.Context, n int, tx *txn.Tx, release func()) (json
 					o = outcome{err: &ExecutionError{Tool: c.decl.ID, Err: errors.New("the tool called runtime.Goexit")}}
 				}
 			}
+			procs.returned()
 			release() // before the send, so a caller that got the outcome finds the slot free
 			done <- o
 		}()
@@ -696,8 +720,8 @@ func (c *call) attemptOf(m *lifecycle.Machine, rec *txn.Record, cause error) Att
 }
 
 // decisionRecord is d as the audit log records it.
-func decisionRecord(d capability.Decision) *audit.Decision {
-	return &audit.Decision{
+func decisionRecord(d capability.Decision, rd *rules.Decision) *audit.Decision {
+	out := &audit.Decision{
 		ID:             d.ID,
 		PolicyRevision: d.PolicyRevision,
 		Required:       capability.Strings(d.Required),
@@ -705,6 +729,36 @@ func decisionRecord(d capability.Decision) *audit.Decision {
 		Missing:        capability.Strings(d.Missing),
 		Reason:         d.Reason,
 	}
+	if rd != nil {
+		out.Cedar = &audit.CedarDecision{Revision: rd.Revision, Effect: rd.Effect, Policies: slices.Clone(rd.Policies), Approvers: slices.Clone(rd.Approvers)}
+	}
+	return out
+}
+
+// approvalWhy says, after "requires an approved intent", why a call does:
+// the Cedar policies that ask for a person, and whom.
+func approvalWhy(decl *tools.Declaration, rd *rules.Decision) string {
+	if rd == nil || rd.Effect != rules.Approval {
+		return ""
+	}
+	why := " (Cedar policy " + strings.Join(rd.Policies, ", ")
+	if len(rd.Approvers) > 0 {
+		why += ", approved by a member of " + strings.Join(rd.Approvers, " and ")
+	}
+	return why + ")"
+}
+
+// outsideGroups names the groups of groups approver is not a member of
+// under the runtime's policy ("" when it is in all of them).
+func (r *Runtime) outsideGroups(approver string, groups []string) string {
+	set := r.policy.Rules()
+	var out []string
+	for _, g := range groups {
+		if set == nil || !set.InGroup(approver, g) {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, " and ")
 }
 
 func transitions(h []lifecycle.Transition) []txn.Transition {

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/uuid"
 	"github.com/toolgate/toolgate/lifecycle"
+	"github.com/toolgate/toolgate/rules"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
@@ -133,7 +134,9 @@ var ErrIntent = errors.New("runtime: intent refused")
 // IntentError is an intent that cannot be executed (or decided), and why.
 // Code is one of: intent_malformed, intent_not_found, intent_corrupt, intent_pending,
 // intent_rejected, intent_hash_mismatch, intent_tool_changed,
-// intent_already_executed, intent_in_flight, intent_decided. It also
+// intent_already_executed, intent_in_flight, intent_decided,
+// intent_approver_not_allowed (an approver outside the group a Cedar
+// policy names, see package rules). It also
 // matches ErrAuthorization: the invocation is not authorized to run.
 type IntentError struct {
 	Code      string
@@ -371,6 +374,11 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 	if err != nil {
 		return nil, err
 	}
+	if d.Approved {
+		if e := r.approverAllowed(in, d.By); e != nil {
+			return nil, e
+		}
+	}
 	d.At = r.opts.Now().UTC()
 	action := &audit.IntentAction{Action: audit.IntentRejected, Reason: d.Reason, Via: d.Via}
 	if d.Approved {
@@ -417,6 +425,32 @@ func (r *Runtime) decide(ctx context.Context, id string, d IntentDecision) (*Int
 		return nil, &StateError{Op: "record", Err: err}
 	}
 	return r.Intent(ctx, id)
+}
+
+// approverAllowed refuses an approval by someone outside the approver
+// groups the policy's Cedar policies name for the intent's call (decided
+// for its proposer, as Execute decides it; a token's claims are not
+// stored with an intent, so a policy that reads them is checked again when
+// the intent runs).
+func (r *Runtime) approverAllowed(in *Intent, approver string) *IntentError {
+	if r.policy.Rules() == nil {
+		return nil
+	}
+	entry, err := r.reg.Lookup(in.Tool, in.Version)
+	if err != nil {
+		return nil // it cannot run anyway: the execution says why
+	}
+	decl := entry.Declaration()
+	rd := r.authorize(tools.Caller{Principal: in.Proposer}, &decl, in.Input, nil).Rules
+	if rd == nil || rd.Effect != rules.Approval {
+		return nil
+	}
+	if g := r.outsideGroups(approver, rd.Approvers); g != "" {
+		return &IntentError{Code: "intent_approver_not_allowed", IntentID: in.ID,
+			Reason: fmt.Sprintf("%s is not a member of %s, whom Cedar policy %s asks to approve this call (policy set %s); nothing was recorded",
+				approver, g, strings.Join(rd.Policies, ", "), rd.Revision)}
+	}
+	return nil
 }
 
 // Intent returns the intent id with its status and history, or an

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -15,13 +16,33 @@ import (
 // procRecord keeps the running processes of one attempt in its claim
 // (txn.Tx.SetProcesses), so that the recovery after a crash kills what is
 // left of them before it records the attempt as interrupted.
+//
+// A process is written into the claim once it has started, before Run
+// waits for it. One that has ended leaves the claim with the next write of
+// it: the next process's start, the commit or rollback that ends the
+// attempt (at once for a process tool, which returns as its process ends),
+// or a write of its own when the tool is still running endGrace later. So
+// a process tool's call writes its claim three times, not four. Until then
+// a crash leaves the ended process in the claim, and the recovery finds it
+// gone: proc.Reap kills nothing of a run whose leader ended (its pid is
+// free, or another process's with another start time) but what is left in
+// its group and session, and nothing is, since the group was killed before
+// its leader was reaped; what Reap cannot tell apart (a new group of that
+// id in the same session, whose own leader has exited too) is as likely as
+// during the run, for at most endGrace more.
 type procRecord struct {
 	r       *Runtime
 	tx      *txn.Tx
 	tool    string
 	mu      sync.Mutex
 	running []txn.Process
+	stale   *time.Timer // writes the claim endGrace after a process ended, unless something else wrote it first
+	done    bool        // the tool has returned: the end of the attempt rewrites the claim
 }
+
+// endGrace is how long an ended process may stay in the claim while its
+// tool goes on.
+const endGrace = 50 * time.Millisecond
 
 // started records p in the claim; the function it returns takes it out
 // once the process has ended.
@@ -37,6 +58,34 @@ func (pr *procRecord) started(p tools.RunningProcess) func() {
 		if i := slices.Index(pr.running, tp); i >= 0 {
 			pr.running = slices.Delete(pr.running, i, i+1)
 		}
+		if pr.done {
+			return
+		}
+		if pr.stale == nil {
+			pr.stale = time.AfterFunc(endGrace, pr.flush)
+		} else {
+			pr.stale.Reset(endGrace)
+		}
+	}
+}
+
+// returned says that the tool has returned: no process of it runs any
+// more, and the attempt's commit or rollback writes the claim next.
+func (pr *procRecord) returned() {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.done = true
+	if pr.stale != nil {
+		pr.stale.Stop()
+	}
+}
+
+// flush writes the claim without the processes that have ended, for a tool
+// still running endGrace after the last one ended.
+func (pr *procRecord) flush() {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if !pr.done {
 		pr.store()
 	}
 }
@@ -45,6 +94,9 @@ func (pr *procRecord) started(p tools.RunningProcess) func() {
 // failure is logged, not fatal: the process still dies with us (its
 // parent-death signal); only what it started would outlive a crash.
 func (pr *procRecord) store() {
+	if pr.stale != nil {
+		pr.stale.Stop() // this write takes the ended processes out
+	}
 	err := pr.tx.SetProcesses(context.Background(), pr.running)
 	if err != nil && pr.tx.Active() {
 		pr.r.opts.Logger.LogAttrs(context.Background(), slog.LevelWarn,

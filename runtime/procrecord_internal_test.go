@@ -1,14 +1,17 @@
 package runtime
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/proc"
+	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -60,4 +63,73 @@ func TestReapLeftovers_Says(t *testing.T) {
 			t.Errorf("%+v: %q, want %q", tc.p, got, tc.want)
 		}
 	}
+}
+
+// A process is in the claim from its start. Once it has ended it stays
+// there until the next write of the claim: for a tool that returns at once,
+// as a process tool does, that is the attempt's commit or rollback, so the
+// call writes its claim once per process fewer; for a tool that goes on, a
+// write of its own endGrace later.
+func TestProcRecord_EndedProcessLeavesTheClaim(t *testing.T) {
+	ctx := context.Background()
+	s, err := txn.Open(filepath.Join(t.TempDir(), "t.db"), &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := &Runtime{opts: Options{Logger: txn.DefaultLogger()}}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	claim := func(id string) *txn.Tx {
+		tx, err := s.Begin(ctx, &txn.Record{ExecutionID: id, CallID: "c-" + id, Attempt: 1, ToolID: "t", ToolVersion: "1.0.0",
+			State: "EXECUTING", Transitions: []txn.Transition{{From: "AUTHORIZED", To: "EXECUTING", Event: "run", At: at}}, StartedAt: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	inClaim := func(id string) int {
+		rec, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rec.Processes)
+	}
+	p := tools.RunningProcess{Pid: 4242, StartTime: 99, Session: 7, BootID: "b", Host: "h", Path: "/usr/bin/true"}
+
+	// A tool that returns as its process ends.
+	pr := &procRecord{r: r, tx: claim("a"), tool: "t"}
+	ended := pr.started(p)
+	if n := inClaim("a"); n != 1 {
+		t.Fatalf("a started process is not in the claim (%d)", n)
+	}
+	ended()
+	if n := inClaim("a"); n != 1 {
+		t.Fatal("the end of the process wrote the claim at once; the commit that follows rewrites it anyway")
+	}
+	pr.returned()
+	time.Sleep(3 * endGrace)
+	if n := inClaim("a"); n != 1 {
+		t.Fatal("the claim was written after the tool returned: its commit is what takes the process out")
+	}
+
+	// A tool that goes on after its process ended.
+	pr = &procRecord{r: r, tx: claim("b"), tool: "t"}
+	pr.started(p)()
+	deadline := time.Now().Add(10 * time.Second)
+	for inClaim("b") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an ended process stayed in the claim of a tool that went on for 10s (endGrace %v)", endGrace)
+		}
+		time.Sleep(endGrace / 5)
+	}
+	// A second process started meanwhile is written with the first gone.
+	pr = &procRecord{r: r, tx: claim("c"), tool: "t"}
+	pr.started(p)()
+	q := p
+	q.Pid = 4343
+	defer pr.started(q)()
+	if rec, _ := s.Get(ctx, "c"); len(rec.Processes) != 1 || rec.Processes[0].Pid != 4343 {
+		t.Fatalf("claim after the second start: %+v", rec.Processes)
+	}
+	pr.returned()
 }

@@ -22,6 +22,12 @@ type Invocation struct {
 	// and audit event of the call. A front end that authenticates OAuth
 	// tokens sets it (see package oauth).
 	Token *audit.Token
+	// Scopes and Claims are the OAuth token's scopes and grant claims, if
+	// any: what the policy's Cedar policies see of the caller (package
+	// rules). Not recorded; a front end that authenticates OAuth tokens
+	// sets them with Token.
+	Scopes []string
+	Claims map[string][]string
 	// Grants are capabilities granted for this call only, on top of what
 	// Options.Grants gives the principal (the CLI's --allow).
 	Grants []capability.Capability

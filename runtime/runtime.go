@@ -157,6 +157,16 @@ func configure(opts *Options) (*config, error) {
 		policy = p
 	}
 	o.Grants = nil
+	if set := policy.Rules(); set != nil {
+		// A Cedar policy for a tool this runtime does not have is a typo
+		// that would never match: refused, as the CLI refuses it.
+		if err := set.CheckActions(func(tool, version string) bool {
+			_, err := o.Registry.Lookup(tool, version)
+			return err == nil
+		}); err != nil {
+			return nil, fmt.Errorf("runtime: Options.Policy: %w", err)
+		}
+	}
 	approvers, err := approvalKeys(policy)
 	if err != nil {
 		return nil, err
@@ -351,6 +361,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 		}
 		r.abortAll()
 		r.pool.close()
+		tools.WaitProcessDirs() // the fresh working directories of its processes, removed in the background
 		if r.ownsStore {
 			r.closeErr = errors.Join(waitErr, r.store.Close())
 		} else {

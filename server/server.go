@@ -12,6 +12,11 @@
 //
 // `toolgate serve` is this package with a listener, a config file and a
 // graceful shutdown ([Server.Serve], [Server.Shutdown]).
+//
+// The server does not own its runtime: the caller opened it, and the caller
+// closes it, after [Server.Serve] or [Server.Shutdown] has returned (or
+// keeps using it: it is still open). What the server stops at its shutdown
+// is only what it started, the calls its requests made.
 package server
 
 import (
@@ -59,7 +64,14 @@ type Server struct {
 	limits *ratelimit.Limiter
 
 	mu      sync.Mutex
-	closing bool
+	closing bool           // Shutdown began: no more calls are admitted
+	calls   sync.WaitGroup // the calls admitted (admit), until they are answered
+	running atomic.Int64   // how many calls is calls
+
+	// stopCalls ends (with runtime.ErrClosed as its cause) when Shutdown's
+	// grace period ends: the calls still running then are stopped.
+	stopCalls  context.Context
+	abortCalls context.CancelCauseFunc
 
 	handler http.Handler
 
@@ -102,6 +114,7 @@ func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*Server, error) {
 	c.fill()
 	s := &Server{rt: rt, cfg: c, slots: make(chan struct{}, c.MaxConcurrent), bodies: make(chan struct{}, 2*c.MaxConcurrent),
 		limits: ratelimit.New(c.RateLimits), log: slog.Default()}
+	s.stopCalls, s.abortCalls = context.WithCancelCause(context.Background())
 	if opts != nil && opts.Logger != nil {
 		s.log = opts.Logger
 	}
@@ -202,20 +215,17 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 // 4 KiB past it before it refuses with 431).
 const maxHeaderBytes = 64 << 10
 
-// Serve serves on l until ctx ends, then shuts down gracefully: it stops
-// accepting, lets running invocations finish within the grace period,
-// aborts the rest and closes the runtime. An aborted invocation whose tool
-// was running is recorded ABORTED then ROLLED_BACK and answered as such
-// (200); one stopped before its tool ran is answered 503 with Retry-After:
-// nothing ran, and its idempotency key is free. It returns nil after a
-// clean shutdown.
+// Serve serves on l until ctx ends, then shuts down gracefully
+// ([Server.Shutdown]): it stops accepting, lets the calls running finish
+// within the grace period and stops the rest. It returns nil after a clean
+// shutdown. It leaves the runtime open: its caller closes it.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	hs := s.HTTPServer(l.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(refusalListener{l}) }() // net/http's own refusals as problem documents
 	select {
 	case err := <-errc:
-		s.rt.Close(context.Background())
+		s.stopOAuth()
 		return err
 	case <-ctx.Done():
 	}
@@ -223,57 +233,82 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // answerDrain is how long after the grace period the HTTP server waits for
-// the handlers of aborted invocations to write their answers before it
-// drops the connections left.
+// the handlers of stopped calls to write their answers before it drops the
+// connections left.
 const answerDrain = 2 * time.Second
 
-// Shutdown stops hs and the runtime as Serve does. In order: hs stops
-// accepting and the runtime refuses new invocations; running invocations
-// have the grace period to finish; at its end the runtime aborts the rest,
-// whose handlers then answer the aborted result; only then, or answerDrain
-// later at the latest, does hs close its connections.
+// Shutdown stops hs, which serves this server's handler, gracefully. In
+// order: hs stops accepting, and the server admits no more calls (a request
+// that would start one is answered 503 shutting-down, with Retry-After);
+// the calls it admitted have the grace period (Config.GracePeriod) to
+// finish; at its end the server stops the calls still running, as the
+// runtime's Close stops its calls (their context ends with the cause
+// runtime.ErrClosed): a call whose tool was running is recorded ABORTED
+// then ROLLED_BACK and answered so (200), one stopped before its tool ran
+// is answered 503 with Retry-After (nothing ran, and its idempotency key is
+// free). Their handlers then answer; only then, or answerDrain later at the
+// latest, does hs close its connections.
+//
+// Shutdown returns once every call the server started has ended and is
+// recorded. It does not close the runtime, whose calls from elsewhere (an
+// MCP server on the same runtime, say) it leaves alone: the runtime's owner
+// closes it after Shutdown returns. `toolgate serve` does so at once.
 func (s *Server) Shutdown(hs *http.Server) error {
 	defer s.stopOAuth()
 	s.mu.Lock()
-	s.closing = true
+	s.closing = true // no call is admitted after this: calls.Wait below is not raced by an Add
 	s.mu.Unlock()
 	period := time.Duration(s.cfg.GracePeriod)
-	grace, cancel := context.WithTimeout(context.Background(), period)
-	defer cancel()
-	n := s.rt.Running()
+	n := int(s.running.Load())
 	if n > 0 {
 		s.log.LogAttrs(context.Background(), slog.LevelInfo,
 			fmt.Sprintf("shutting down: waiting up to %v (the grace period) for %s to finish; those still running then are stopped and recorded as aborted", period, calls(n)),
 			slog.Int("running", n), slog.Duration("gracePeriod", period))
 	}
-	closed := make(chan error, 1)
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		start := time.Now()
-		err := s.rt.Close(grace)
-		if errors.Is(err, context.DeadlineExceeded) {
+		done := make(chan struct{})
+		go func() { s.calls.Wait(); close(done) }()
+		grace := time.NewTimer(period)
+		defer grace.Stop()
+		select {
+		case <-done:
+			if n > 0 {
+				d := time.Since(start)
+				s.log.LogAttrs(context.Background(), slog.LevelInfo, fmt.Sprintf("shutting down: the running calls finished in %v", d.Round(time.Millisecond)))
+			}
+		case <-grace.C:
+			s.abortCalls(tgruntime.ErrClosed)
 			s.log.LogAttrs(context.Background(), slog.LevelWarn,
 				fmt.Sprintf("shutting down: the grace period of %v ended: stopped the calls still running (recorded ABORTED, then ROLLED_BACK)", period))
-		} else if n > 0 {
-			d := time.Since(start)
-			s.log.LogAttrs(context.Background(), slog.LevelInfo, fmt.Sprintf("shutting down: the running calls finished in %v", d.Round(time.Millisecond)))
+			<-done // a stopped call returns promptly: the runtime does not wait for its tool
 		}
-		closed <- err
 	}()
-	// hs waits past the grace period: the aborted invocations' handlers
-	// still have to write their answers.
-	drain, cancelDrain := context.WithTimeout(context.Background(), time.Duration(s.cfg.GracePeriod)+answerDrain)
+	// hs waits past the grace period: the stopped calls' handlers still
+	// have to write their answers.
+	drain, cancelDrain := context.WithTimeout(context.Background(), period+answerDrain)
 	defer cancelDrain()
 	err := hs.Shutdown(drain)
 	if err != nil {
 		hs.Close() // a handler that did not answer in time: drop what is left
 	}
-	if cerr := <-closed; cerr != nil && !errors.Is(cerr, context.DeadlineExceeded) {
-		return cerr
-	}
+	<-ended
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil // the invocations were aborted and recorded; some answers were lost
+		return nil // the calls were stopped and recorded; some answers were lost
 	}
 	return err
+}
+
+// callContext is the context a call admitted for r runs under. A client
+// that disconnects does not cancel it: it runs to its end (bounded by the
+// tool's limits) and is recorded, so a retry with the same Idempotency-Key
+// gets the real result. Only the end of Shutdown's grace period stops it.
+func (s *Server) callContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(s.stopCalls, func() { cancel(context.Cause(s.stopCalls)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // IsLoopback reports whether addr (host:port) listens on loopback only.
@@ -363,6 +398,22 @@ func (s *Server) callerGrants(who TokenConfig) []capability.Capability {
 	return out
 }
 
+// callerScopes and callerClaims are what the policy's Cedar policies see
+// of a token's holder: its scopes and grant claims.
+func callerScopes(who TokenConfig) []string {
+	if who.Identity == nil {
+		return nil
+	}
+	return who.Identity.Scopes
+}
+
+func callerClaims(who TokenConfig) map[string][]string {
+	if who.Identity == nil {
+		return nil
+	}
+	return who.Identity.Claims
+}
+
 // callerToken is what records keep of a token's holder's call.
 func callerToken(who TokenConfig) *audit.Token {
 	if who.Identity == nil {
@@ -437,14 +488,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, who TokenConfig
 	defer release()
 	inv := tgruntime.Invocation{
 		Tool: name, Version: req.Version, Input: req.Input, CallID: req.CallID, Principal: who.Principal,
-		Grants: s.callerGrants(who), Token: callerToken(who),
+		Grants: s.callerGrants(who), Token: callerToken(who), Scopes: callerScopes(who), Claims: callerClaims(who),
 		IdempotencyKey: key, IdempotencyNoWait: true, // a second request answers 409 rather than hold a connection
 		BypassIdempotency: req.BypassIdempotency, // audited: every event of the call says so
 	}
-	// A client that disconnects does not cancel the invocation: it runs to
-	// its end (bounded by the tool's limits) and is recorded, so a retry
-	// with the same Idempotency-Key gets the real result.
-	ctx := context.WithoutCancel(r.Context())
+	// A client that disconnects does not cancel the invocation (see
+	// callContext); the end of a shutdown's grace period does.
+	ctx, cancel := s.callContext(r)
+	defer cancel()
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, inv)
 	s.answer(w, res, err)
@@ -885,6 +936,9 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request, who TokenConfig
 		problem(w, http.StatusNotFound, "intent-not-found", "No such intent", "", nil)
 	case errors.As(err, &ie) && ie.Code == "intent_malformed":
 		problem(w, http.StatusBadRequest, "bad-request", "Invalid intent id", tgruntime.Message(err), nil)
+	case errors.As(err, &ie) && ie.Code == "intent_approver_not_allowed":
+		// A Cedar policy lets only the members of a group approve it.
+		problem(w, http.StatusForbidden, "approver-not-allowed", "Not an approver of this call", tgruntime.Message(err), nil)
 	case errors.As(err, &ie) && ie.Code == "intent_unsigned":
 		// The policy lists approval keys, and this server's key (serve
 		// --approval-key) is not one listed for the approver.
@@ -904,10 +958,31 @@ type executeIntentRequest struct {
 	Hash string `json:"hash"`
 }
 
-// admit lets an execution in: within the rate limits of the principal (and
-// of tool, unless ""), then into one of the server's execution slots, which
-// release gives back. Otherwise it answers 429 or 503 and reports false.
+// admit lets an execution in: unless the server is shutting down, within
+// the rate limits of the principal (and of tool, unless ""), then into one
+// of the server's execution slots, which release gives back once the call
+// is answered (Shutdown waits for that). Otherwise it answers 503 or 429
+// and reports false.
 func (s *Server) admit(w http.ResponseWriter, principal, tool string) (release func(), ok bool) {
+	s.mu.Lock()
+	closing := s.closing
+	if !closing {
+		s.calls.Add(1)
+		s.running.Add(1)
+	}
+	s.mu.Unlock()
+	if closing {
+		// As the runtime answers a call once its Close has begun.
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "shutting-down", "Shutting down", "the server is shutting down", nil)
+		return nil, false
+	}
+	defer func() {
+		if !ok {
+			s.running.Add(-1)
+			s.calls.Done()
+		}
+	}()
 	if ex := s.limits.Take(principal, tool); ex != nil {
 		w.Header().Set("Retry-After", strconv.Itoa(ex.RetryAfter()))
 		problem(w, http.StatusTooManyRequests, "rate-limited", "Rate limited", "too many requests; retry after the Retry-After seconds", nil)
@@ -915,7 +990,11 @@ func (s *Server) admit(w http.ResponseWriter, principal, tool string) (release f
 	}
 	select {
 	case s.slots <- struct{}{}:
-		return func() { <-s.slots }, true
+		return func() {
+			<-s.slots
+			s.running.Add(-1)
+			s.calls.Done()
+		}, true
 	default:
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "busy", "Too many executions", fmt.Sprintf("all %d execution slots of the server are busy", cap(s.slots)), nil)
@@ -933,9 +1012,9 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 	// call. An intent that cannot be found or is malformed is refused by
 	// Execute below, with its code; a store that cannot be read refuses
 	// the request here, as Execute would.
-	ctx := context.WithoutCancel(r.Context()) // as for a direct call: a client that leaves cancels nothing
+	tctx := context.WithoutCancel(r.Context()) // as for a direct call: a client that leaves cancels nothing
 	tool := ""
-	if in, err := s.rt.Intent(ctx, r.PathValue("id")); err == nil {
+	if in, err := s.rt.Intent(tctx, r.PathValue("id")); err == nil {
 		tool = in.Tool
 	} else if !errors.As(err, new(*tgruntime.IntentError)) {
 		s.answer(w, nil, err)
@@ -946,10 +1025,12 @@ func (s *Server) executeIntent(w http.ResponseWriter, r *http.Request, who Token
 		return
 	}
 	defer release()
+	ctx, cancel := s.callContext(r) // as for a direct call
+	defer cancel()
 	s.extendWriteDeadline(w)
 	res, err := s.rt.Execute(ctx, tgruntime.Invocation{
 		IntentID: r.PathValue("id"), IntentHash: req.Hash, Principal: who.Principal,
-		Grants: s.callerGrants(who), Token: callerToken(who)})
+		Grants: s.callerGrants(who), Token: callerToken(who), Scopes: callerScopes(who), Claims: callerClaims(who)})
 	var ie *tgruntime.IntentError
 	if !errors.As(err, &ie) {
 		s.answer(w, res, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/rules"
 )
 
 // Decision is RFC-0001 rule 2's decision for one call, as
@@ -35,6 +36,26 @@ type Decision struct {
 	// (see [Declaration.RequiredFor]); the decision is then denied, with
 	// Reason saying so.
 	InputErr error
+	// Rules is the decision of the policy's Cedar policies over the call's
+	// arguments (capability.Policy.Rules), nil when it has none. A Deny
+	// denies the call, with Reason saying which policies forbid it; an
+	// Approval leaves it allowed only as an approved intent (see
+	// [Decision.NeedsApproval]).
+	Rules *rules.Decision
+}
+
+// NeedsApproval reports whether the call runs only as an approved intent:
+// its tool requires approval, or a Cedar policy asks for a person.
+func (d Decision) NeedsApproval(decl *Declaration) bool {
+	return decl.RequiresApproval || (d.Rules != nil && d.Rules.Effect == rules.Approval)
+}
+
+// Caller is who makes a call, as the policies over its arguments see it:
+// the principal, and its OAuth token's scopes and grant claims, if any.
+type Caller struct {
+	Principal string
+	Scopes    []string
+	Claims    map[string][]string
 }
 
 // PathCheck is where a filesystem path given in a call's input leads, as
@@ -81,11 +102,32 @@ type PathCheck struct {
 // Err, before anything runs. A path that does not exist is no denial (the
 // tool fails on it as it would); its PathCheck says "missing".
 func (d *Declaration) Decide(policy *capability.Policy, principal, tool string, input json.RawMessage, extra []capability.Capability, workDir string, at time.Time) Decision {
+	return d.DecideFor(policy, Caller{Principal: principal}, tool, input, extra, workDir, at)
+}
+
+// DecideFor is [Declaration.Decide] for a caller whose OAuth token's
+// scopes and claims the policy's Cedar policies see. It is the one
+// decision: Decide is it for a caller without a token.
+//
+// With Cedar policies (capability.Policy.Rules), the call is also a Cedar
+// request (package rules) on the validated input: a call they forbid is
+// denied even though its capabilities are granted (Reason names the
+// policies), and one they ask a person about is allowed only as an
+// approved intent (Rules.Effect is rules.Approval). They never grant.
+func (d *Declaration) DecideFor(policy *capability.Policy, caller Caller, tool string, input json.RawMessage, extra []capability.Capability, workDir string, at time.Time) Decision {
 	if policy == nil {
 		policy, _ = capability.NewPolicy(nil)
 	}
+	principal := caller.Principal
 	required, reach, rerr := d.RequiredFor(input, workDir)
 	out := Decision{Decision: policy.DecideIn(workDir, principal, tool, required, extra, at)}
+	if set := policy.Rules(); set != nil && policy.Err() == nil && rerr == nil {
+		rd := set.Decide(rules.Request{Principal: principal, Scopes: caller.Scopes, Claims: caller.Claims, Tool: d.ID, Version: d.Version, Input: input})
+		out.Rules = &rd
+		if rd.Effect == rules.Deny && out.Allowed() {
+			out.Reason = rd.Reason + " (Cedar policy set " + rd.Revision + ")"
+		}
+	}
 	if rerr != nil {
 		out.InputErr = rerr
 		if out.Reason == "" {

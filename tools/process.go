@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,8 +43,9 @@ type Command struct {
 	// Dir is the working directory: at or below a granted
 	// filesystem.read or filesystem.write scope, relative to the Env's
 	// WorkDir, checked with its symbolic links resolved. "" runs the
-	// process in a fresh empty directory, removed afterwards. The check
-	// happens before the start: a link swapped in between is not caught.
+	// process in a fresh empty directory of its own, removed afterwards (in
+	// the background: WaitProcessDirs). The check happens before the
+	// start: a link swapped in between is not caught.
 	// That is acceptable because the working directory is no boundary: a
 	// process reads and writes whatever its user may.
 	Dir string
@@ -272,11 +272,11 @@ func (e *Env) allowCommand(name, abs string) error {
 // directory when dir is "".
 func (e *Env) processDir(dir string) (string, func(), error) {
 	if dir == "" {
-		tmp, err := os.MkdirTemp("", "toolgate-proc-")
+		tmp, err := scratch.make()
 		if err != nil {
 			return "", nil, &ProcessError{Kind: "bad_working_directory", Command: dir, Err: err}
 		}
-		return tmp, func() { os.RemoveAll(tmp) }, nil
+		return tmp, func() { scratch.remove(tmp) }, nil
 	}
 	fsys := e.FS("filesystem.read")
 	abs, err := fsys.abs(dir)

@@ -53,8 +53,11 @@ func TestProcess_WorkingDirIsPinned(t *testing.T) {
 }
 
 // A process run without a cwd runs in a fresh directory of the temporary
-// directory, removed when it ends, however it ends: nothing named
-// toolgate-proc-* is left behind.
+// directory, a new one for each process, removed when it ends, however it
+// ends: once the removals Run leaves in the background are done
+// (WaitProcessDirs, which Runtime.Close calls), nothing named
+// toolgate-proc-* is left behind, not even the directory made ahead for
+// the next process.
 func TestProcess_FreshDirRemoved(t *testing.T) {
 	child := childBinary(t) // built before TMPDIR changes
 	base := t.TempDir()
@@ -64,27 +67,35 @@ func TestProcess_FreshDirRemoved(t *testing.T) {
 	}
 	t.Setenv("TMPDIR", tmp)
 	rt := openExecRuntime(t, caps(t, "process.exec:"+child, "filesystem.read:"+base))
+	seen := map[string]string{}
 	for _, c := range []struct {
 		name string
 		in   map[string]any
 	}{
 		{"pwd", map[string]any{"command": child, "args": []string{"pwd"}}},
 		{"writes in it", map[string]any{"command": child, "args": []string{"write", "out.bin", "100000"}}},
+		{"pwd again", map[string]any{"command": child, "args": []string{"pwd"}}},
 		{"fails", map[string]any{"command": child, "args": []string{"exit", "3"}}},
 		{"timed out", map[string]any{"command": child, "args": []string{"sleep", "30"}, "timeout_seconds": 1}},
+		{"pwd once more", map[string]any{"command": child, "args": []string{"pwd"}}},
 	} {
 		res, err := execute(t, rt, tools.ExecCaptureID, c.in)
 		if res == nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if c.name == "pwd" {
+		if strings.HasPrefix(c.name, "pwd") {
 			var out struct {
 				Stdout string `json:"stdout"`
 			}
 			if err := json.Unmarshal(res.Output, &out); err != nil || !strings.HasPrefix(out.Stdout, filepath.Join(tmp, "toolgate-proc-")) {
-				t.Fatalf("pwd: %q (%v); want a fresh directory in %s", out.Stdout, err, tmp)
+				t.Fatalf("%s: %q (%v); want a fresh directory in %s", c.name, out.Stdout, err, tmp)
 			}
+			if prev, ok := seen[out.Stdout]; ok {
+				t.Fatalf("%s ran in the directory %s ran in: %s", c.name, prev, out.Stdout)
+			}
+			seen[out.Stdout] = c.name
 		}
+		tools.WaitProcessDirs()
 		if left, _ := filepath.Glob(filepath.Join(tmp, "*")); len(left) != 0 {
 			t.Errorf("%s: left in the temporary directory: %v", c.name, left)
 		}

@@ -793,7 +793,7 @@ func (e *Env) withSearchPath(path string) *Env {
 	return &Env{
 		ExecutionID: e.ExecutionID, CallID: e.CallID, Attempt: e.Attempt, Principal: e.Principal,
 		Grants: e.Grants, Limits: e.Limits, State: e.State, WorkDir: e.WorkDir, SearchPath: path,
-		OnProcess: e.OnProcess, closed: closed,
+		OnProcess: e.OnProcess, OnProcessStart: e.OnProcessStart, closed: closed,
 	}
 }
 

@@ -9,7 +9,7 @@ import "context"
 // marked executed in the very update that claims its execution, so two
 // executions can never both claim it. Like UpdateState's function, guard
 // may run more than once and must have no effect but through the view.
-func (s *Store) BeginWith(ctx context.Context, rec *Record, check func(*StateView) error, events ...AuditEvent) (*Tx, error) {
+func (s *Store) BeginWith(ctx context.Context, rec *Record, guard func(*StateView) error, events ...AuditEvent) (*Tx, error) {
 	buf, data, err := encodeRecordBuf(rec)
 	if err != nil {
 		return nil, err
@@ -22,7 +22,7 @@ func (s *Store) BeginWith(ctx context.Context, rec *Record, check func(*StateVie
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.be.Begin(ctx, rec.ExecutionID, data, guard(check), evs); err != nil {
+	if err := s.be.Begin(ctx, rec.ExecutionID, data, toGuard(guard), evs); err != nil {
 		return nil, err
 	}
 	return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op)}, nil

@@ -19,9 +19,9 @@ type StateView struct {
 	writes driver.Writes
 }
 
-// guard makes fn the driver.Guard of a write: it runs fn on a view of the
+// toGuard makes fn the driver.Guard of a write: it runs fn on a view of the
 // write's transaction and returns the view's writes.
-func guard(fn func(*StateView) error) driver.Guard {
+func toGuard(fn func(*StateView) error) driver.Guard {
 	if fn == nil {
 		return nil
 	}
@@ -131,7 +131,7 @@ func (s *Store) UpdateState(ctx context.Context, fn func(*StateView) error, even
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return s.be.UpdateState(ctx, guard(fn), evs)
+	return s.be.UpdateState(ctx, toGuard(fn), evs)
 }
 
 // DeleteState deletes keys of a state namespace in one update (see

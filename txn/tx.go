@@ -149,6 +149,12 @@ func digest(es []Entry) [32]byte {
 	return d
 }
 
+// readSet is a Tx as the driver.ReadSet its commit checks (a conversion,
+// where a method value would allocate a closure for each commit).
+type readSet Tx
+
+func (r *readSet) Check(sr driver.StateReader) error { return (*Tx)(r).checkReads(sr) }
+
 // checkReads fails with ErrConflict when a key the Tx read from the store
 // has changed since, as r (the commit's own transaction) sees it:
 // optimistic concurrency, so two read-modify-write transactions on one key
@@ -234,7 +240,7 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		return err
 	}
 	if err = t.store.ready(ctx); err == nil {
-		err = t.store.be.Commit(ctx, t.id, t.checkReads, t.writes, data, evs)
+		err = t.store.be.Commit(ctx, t.id, (*readSet)(t), t.writes, data, evs)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)

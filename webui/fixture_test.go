@@ -55,6 +55,16 @@ func testConfig() *server.Config {
 	}}
 }
 
+// uiConfig is testConfig's tokens as the UI's config, as toolgate serve
+// builds it from its config file.
+func uiConfig() *webui.Config {
+	c := &webui.Config{}
+	for _, t := range testConfig().Tokens {
+		c.Tokens = append(c.Tokens, webui.Token{Principal: t.Principal, SHA256: t.SHA256, Approver: t.Approver})
+	}
+	return c
+}
+
 type fixture struct {
 	rt  *tgruntime.Runtime
 	ui  *webui.UI
@@ -109,7 +119,7 @@ func newFixture(t testing.TB, tls bool, onPropose func(*tgruntime.Intent), uopts
 		uopts = &webui.Options{}
 	}
 	uopts.Now = f.now.now
-	f.ui, err = webui.New(rt, testConfig(), uopts)
+	f.ui, err = webui.New(rt, uiConfig(), uopts)
 	if err != nil {
 		t.Fatal(err)
 	}

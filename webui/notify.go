@@ -16,7 +16,6 @@ import (
 	"time"
 
 	tgruntime "github.com/toolgate/toolgate/runtime"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -63,20 +62,18 @@ type Notifier struct {
 	wg     sync.WaitGroup
 }
 
-// NewNotifier returns a notifier for the webhook of cfg (its header values
-// read from the environment with getenv, os.LookupEnv in toolgate serve)
-// that links to the UI at baseURL (such as https://toolgate.example.com).
-// reg, if not nil, is the runtime's registry: a process tool's preview is
-// then the command it would run, as on the UI's pages. Close stops it.
-func NewNotifier(cfg *server.WebhookConfig, baseURL string, getenv func(string) (string, bool), reg *tools.Registry, opts *NotifierOptions) (*Notifier, error) {
-	if cfg == nil || cfg.URL == "" {
+// NewNotifier returns a notifier that posts to hook and links to the UI at
+// baseURL (such as https://toolgate.example.com). reg, if not nil, is the
+// runtime's registry: a process tool's preview is then the command it
+// would run, as on the UI's pages. Close stops it.
+func NewNotifier(hook *Webhook, baseURL string, reg *tools.Registry, opts *NotifierOptions) (*Notifier, error) {
+	if hook == nil {
 		return nil, fmt.Errorf("webui: no webhook URL")
 	}
-	h, err := cfg.ResolveHeaders(getenv)
-	if err != nil {
+	if err := hook.check(); err != nil {
 		return nil, err
 	}
-	n := &Notifier{url: cfg.URL, headers: h, base: strings.TrimSuffix(baseURL, "/")}
+	n := &Notifier{url: hook.URL, headers: hook.Header.Clone(), base: strings.TrimSuffix(baseURL, "/")}
 	if opts != nil {
 		n.opts = *opts
 	}

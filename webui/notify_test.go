@@ -16,7 +16,6 @@ import (
 	"time"
 
 	tgruntime "github.com/toolgate/toolgate/runtime"
-	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/webui"
 )
 
@@ -88,9 +87,8 @@ func notifying(t testing.TB, rc *receiver, o webui.NotifierOptions) (*fixture, *
 	}, nil)
 	logs := &logBuffer{}
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	env := map[string]string{"TG_HOOK_AUTH": "Bearer hook-secret"}
-	n, err := webui.NewNotifier(&server.WebhookConfig{URL: rc.srv.URL + "/hook", Headers: map[string]string{"Authorization": "TG_HOOK_AUTH"}},
-		"https://toolgate.example", func(k string) (string, bool) { v, ok := env[k]; return v, ok }, f.rt.Registry(), &o)
+	n, err := webui.NewNotifier(&webui.Webhook{URL: rc.srv.URL + "/hook", Header: http.Header{"Authorization": {"Bearer hook-secret"}}},
+		"https://toolgate.example", f.rt.Registry(), &o)
 	if err != nil {
 		t.Fatal(err)
 	}

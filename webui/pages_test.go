@@ -121,7 +121,7 @@ func TestExecutionPage_JaegerLink(t *testing.T) {
 	if !strings.Contains(page, `href="http://jaeger.example:16686/trace/`+res.TraceID+`"`) {
 		t.Fatalf("no Jaeger link to %s:\n%s", res.TraceID, page)
 	}
-	if _, err := webui.New(f.rt, testConfig(), &webui.Options{JaegerURL: "javascript:alert(1)"}); err == nil {
+	if _, err := webui.New(f.rt, uiConfig(), &webui.Options{JaegerURL: "javascript:alert(1)"}); err == nil {
 		t.Fatal("a javascript: Jaeger URL accepted")
 	}
 }

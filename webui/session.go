@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/toolgate/toolgate/server"
 )
 
 // cookieName is the session cookie. Its value is the session's random id;
@@ -23,7 +21,7 @@ const maxSessions = 10000
 // session is one login.
 type session struct {
 	id      string
-	who     server.TokenConfig
+	who     Token
 	csrf    string
 	expires time.Time
 }
@@ -49,7 +47,7 @@ func randomID() string {
 }
 
 // create starts a session for who; nil when the store is full.
-func (s *sessions) create(who server.TokenConfig) *session {
+func (s *sessions) create(who Token) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

@@ -6,7 +6,8 @@
 //
 // It is server-rendered (html/template, embedded assets, no build step,
 // nothing fetched from the network). A person logs in once with a token of
-// the server's config and gets a session cookie (HttpOnly, SameSite=Strict,
+// its [Config] (`toolgate serve` gives it the tokens of its config file,
+// the HTTP API's) and gets a session cookie (HttpOnly, SameSite=Strict,
 // Secure over TLS, expiring; the session itself is kept in memory, under a
 // random id). Every form that changes something carries the session's CSRF
 // token, and every answer has a Content-Security-Policy that allows no
@@ -19,6 +20,10 @@
 // What a token sees is what the HTTP API shows it: an approver every intent
 // and execution, any other principal only its own; only approvers decide
 // intents and see the audit page.
+//
+// The UI does not own its runtime: it reads and decides through it while
+// the runtime's owner keeps it open, and the owner closes it (after the
+// HTTP server that mounts the UI has shut down).
 package webui
 
 import (
@@ -84,7 +89,7 @@ type Options struct {
 type UI struct {
 	rt       *tgruntime.Runtime
 	read     *tgruntime.Reader // what the pages show: rt's reader
-	cfg      *server.Config
+	cfg      Config            // hashes in lowercase
 	opts     Options
 	sessions *sessions
 	logins   *loginLimiter
@@ -94,17 +99,18 @@ type UI struct {
 	log      *slog.Logger
 }
 
-// New returns the UI of rt, with the tokens of cfg.
-func New(rt *tgruntime.Runtime, cfg *server.Config, opts *Options) (*UI, error) {
+// New returns the UI of rt, logged in to with the tokens of cfg (copied).
+// A token whose hash is not 64 hex digits, whose principal is empty or not
+// one toolgate can record, or that is listed twice, is an error.
+func New(rt *tgruntime.Runtime, cfg *Config, opts *Options) (*UI, error) {
 	if rt == nil || cfg == nil {
-		return nil, errors.New("webui: a runtime and a server config are required")
+		return nil, errors.New("webui: a runtime and a config are required")
 	}
-	c := *cfg // the tokens as LoadConfig keeps them: hashes in lowercase
-	c.Tokens = append([]server.TokenConfig(nil), cfg.Tokens...)
-	for i := range c.Tokens {
-		c.Tokens[i].SHA256 = strings.ToLower(c.Tokens[i].SHA256)
+	c, err := cfg.check()
+	if err != nil {
+		return nil, err
 	}
-	u := &UI{rt: rt, read: rt.Reader, cfg: &c, mux: http.NewServeMux()}
+	u := &UI{rt: rt, read: rt.Reader, cfg: c, mux: http.NewServeMux()}
 	if opts != nil {
 		u.opts = *opts
 	}
@@ -254,7 +260,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		u.render(w, r, nil, http.StatusTooManyRequests, "login", map[string]any{"Next": next, "Error": msg})
 		return
 	}
-	who, ok := u.cfg.Authenticate(strings.TrimSpace(r.PostForm.Get("token")))
+	who, ok := u.cfg.authenticate(strings.TrimSpace(r.PostForm.Get("token")))
 	if limited := done(!ok); !ok {
 		u.log.Warn("ui login refused: unknown token", "client", addr, "remote", r.RemoteAddr, "limited", limited)
 		u.render(w, r, nil, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That token is not known to this server."})

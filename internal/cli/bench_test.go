@@ -178,3 +178,95 @@ func TestBench_Postgres(t *testing.T) {
 		t.Fatalf("table: %d\n%s%s", tab.code, tab.stdout, tab.stderr)
 	}
 }
+
+// bench --gateway: an MCP client calls the upstream's echo directly and
+// through 'toolgate mcp' (both this binary, built), alternately, and the
+// report holds the p50 of each and their ratio; the table says the same,
+// and --cpuprofile leaves the profile of the toolgate mcp process.
+func TestBench_Gateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the toolgate binary")
+	}
+	bin := buildToolgate(t, t.TempDir()) // before workdir's Chdir
+	workdir(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	old := toolgateBinary
+	toolgateBinary = func() (string, error) { return bin, nil }
+	t.Cleanup(func() { toolgateBinary = old })
+
+	r := toolgate(t, "", "bench", "--gateway", "--calls", "8", "--warmup", "2", "--json")
+	if r.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var rep struct {
+		Calls      int      `json:"calls"`
+		Warmup     int      `json:"warmup"`
+		Sync       bool     `json:"sync"`
+		FsyncP50us *float64 `json:"fsync_p50_us"`
+		Direct     *struct {
+			P50 *float64 `json:"p50_us"`
+			P99 *float64 `json:"p99_us"`
+		} `json:"direct"`
+		Gateway *struct {
+			P50 *float64 `json:"p50_us"`
+			P99 *float64 `json:"p99_us"`
+		} `json:"gateway"`
+		RatioP50   *float64 `json:"ratio_p50"`
+		AddedP50us *float64 `json:"added_p50_us"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, r.stdout)
+	}
+	if rep.Calls != 8 || rep.Warmup != 2 || !rep.Sync || rep.FsyncP50us == nil || rep.Direct == nil || rep.Gateway == nil ||
+		rep.Direct.P50 == nil || rep.Gateway.P50 == nil || rep.RatioP50 == nil || rep.AddedP50us == nil {
+		t.Fatalf("incomplete report:\n%s", r.stdout)
+	}
+	if *rep.Direct.P50 <= 0 || *rep.Gateway.P50 <= 0 || *rep.Direct.P50 > *rep.Direct.P99 || *rep.Gateway.P50 > *rep.Gateway.P99 {
+		t.Errorf("latencies:\n%s", r.stdout)
+	}
+	if got, want := *rep.RatioP50, *rep.Gateway.P50 / *rep.Direct.P50; got != want {
+		t.Errorf("ratio %v, want %v", got, want)
+	}
+
+	dir := filepath.Join(t.TempDir(), "prof")
+	tab := toolgate(t, "", "bench", "--gateway", "--calls", "3", "--warmup", "0", "--cpuprofile", dir)
+	if tab.code != ExitCompleted {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", tab.code, tab.stdout, tab.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(tab.stdout), "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[0], "MCP echo call, 3 calls of each after 0 warm-up, alternated; durable database") ||
+		!strings.HasPrefix(lines[1], "CALL") || !strings.HasPrefix(lines[2], "direct ") || !strings.HasPrefix(lines[3], "gateway ") ||
+		!strings.HasPrefix(lines[4], "gateway / direct p50: ") {
+		t.Fatalf("table:\n%s", tab.stdout)
+	}
+	prof := filepath.Join(dir, "gateway.pprof")
+	if !strings.Contains(tab.stdout, "CPU profile of toolgate mcp: "+prof+"\n") {
+		t.Errorf("the table does not name %s:\n%s", prof, tab.stdout)
+	}
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Errorf("%s: %v", prof, err)
+	}
+}
+
+// The options of the storage phases do not go with --gateway, nor its own
+// without it.
+func TestBench_GatewayUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--gateway", "--callers", "2"},
+		{"bench", "--gateway", "--duration", "1s"},
+		{"bench", "--gateway", "--sync=false"},
+		{"bench", "--gateway", "--db", "postgres://localhost/x"},
+		{"bench", "--gateway", "--calls", "0"},
+		{"bench", "--gateway", "--warmup", "-1"},
+		{"bench", "--calls", "10"},
+		{"bench", "--warmup", "1"},
+	} {
+		r := toolgate(t, "", args...)
+		if r.code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d\nstderr: %s", args, r.code, ExitUsage, r.stderr)
+		}
+		if r.stdout != "" || !strings.HasPrefix(r.stderr, "toolgate: ") {
+			t.Errorf("%v: stdout %q, stderr %q", args, r.stdout, r.stderr)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ func newMCPCmd(g *globals, stdio Stdio) *cobra.Command {
 		remote, elicit    bool
 		noSocket          bool
 		progressEvery     time.Duration
+		cpuProfile        string
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp",
@@ -79,6 +81,13 @@ than one made out of band; it is off unless you turn it on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gctune.ForServer() // see internal/gctune: the SDK's garbage
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return usageErr("--cpuprofile: %v", err)
+				}
+				defer stop()
+			}
 			if who == "" {
 				who = mcpPrincipal()
 			}
@@ -200,7 +209,22 @@ than one made out of band; it is off unless you turn it on.`,
 	cmd.Flags().BoolVar(&elicit, "approve-via-elicitation", false, "let the client ask its user to approve a call that requires approval (recorded via elicitation)")
 	cmd.Flags().BoolVar(&noSocket, "no-local-socket", false, "serve the CLI of this OS user no Unix socket next to the database (see 'toolgate intent approve --help')")
 	cmd.Flags().DurationVar(&progressEvery, "progress-interval", time.Second, "how often a call that asked for progress reports it")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this `file`, until it exits (for go tool pprof)")
 	return cmd
+}
+
+// startCPUProfile starts the CPU profiler, writing to path, and returns
+// what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // mcpGrace is how long a stopped server lets running invocations finish.
@@ -245,11 +269,7 @@ func serveMCPHTTP(ctx context.Context, stdio Stdio, srv *mcp.Server, cfg *server
 		return internalErr(err)
 	case <-ctx.Done():
 	}
-	grace := time.Duration(cfg.GracePeriod)
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	sctx, cancel := context.WithTimeout(context.Background(), gracePeriod(cfg))
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		hs.Close()

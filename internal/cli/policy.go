@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/internal/explain"
+	"github.com/toolgate/toolgate/rules"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 )
@@ -32,6 +33,15 @@ A policy file is JSON:
 A policy that cannot be read or is invalid is refused (exit 2, naming the file,
 line and column): its grants are checked as --allow checks its values, so a
 capability name no tool requires (a typo) and '*' are errors.
+
+A policy may also name Cedar files over a call's arguments ("cedar":
+["rules.cedar"], relative to the policy file) and groups of principals
+("groups": {"finance": ["fiona"]}): a call must be granted by the policy and
+not forbidden by a Cedar policy; a forbid annotated @approval("GROUP") makes
+it run only as an intent a member of GROUP approved. Cedar never grants. A
+Cedar file that does not parse, or names an action for no tool, is refused
+(exit 2, naming the file, line and column). 'policy check --input' shows the
+Cedar decision: the policy ids and the policy set's revision.
 
 A filesystem grant names a place: its symbolic links are followed once, when
 the grant is made (the policy is loaded, or --allow is given), and the tool is
@@ -58,7 +68,45 @@ func (g *globals) policy() (*capability.Policy, error) {
 	if err != nil {
 		return p, usageErr("%s: %v", from, err)
 	}
+	if set := p.Rules(); set != nil {
+		if known := g.knownTool(); known != nil {
+			if err := set.CheckActions(known); err != nil {
+				err = fmt.Errorf("%w: %w", capability.ErrPolicy, err)
+				return capability.DenyAll(err), usageErr("%s: %v", from, err)
+			}
+		}
+	}
 	return p, nil
+}
+
+// knownTool reports whether a tool (version "": any version) is
+// registered, for the actions of Cedar policies: nil when the registry
+// cannot be read (the command that loads it says why). The tools of
+// upstream MCP servers not started yet are taken as known; the runtime
+// checks them again once they are.
+func (g *globals) knownTool() func(tool, version string) bool {
+	reg, upstreams := g.reg, false
+	if reg == nil {
+		path := g.registryPath
+		if path == "" {
+			path = os.Getenv("TOOLGATE_REGISTRY")
+		}
+		var err error
+		if path == "" {
+			if reg, err = builtinRegistry(); err != nil {
+				return nil
+			}
+		} else if reg, err = tools.LoadRegistryFileWith(path, func(servers []tools.MCPServer) ([]tools.Tool, error) {
+			upstreams = len(servers) > 0
+			return nil, nil
+		}, tools.Builtins()...); err != nil {
+			return nil
+		}
+	}
+	return func(tool, version string) bool {
+		_, err := reg.Lookup(tool, version)
+		return err == nil || upstreams
+	}
 }
 
 // knownNames are the capability names a grant of the policy can mean
@@ -211,13 +259,28 @@ func printDecision(stdio Stdio, v checkView, held []capability.Capability) {
 	w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	switch {
 	case v.Allowed && v.RequiresApproval:
-		fmt.Fprintf(stdio.Out, "ALLOWED AS AN APPROVED INTENT: %s may run %s once a person approves the exact call (toolgate intent propose); called directly, it is denied\n", v.Principal, v.Tool)
+		who := "a person"
+		if v.Cedar != nil && len(v.Cedar.Approvers) > 0 {
+			who = "a member of " + strings.Join(v.Cedar.Approvers, " and ")
+		}
+		fmt.Fprintf(stdio.Out, "ALLOWED AS AN APPROVED INTENT: %s may run %s once %s approves the exact call (toolgate intent propose); called directly, it is denied\n", v.Principal, v.Tool, who)
 	case v.Allowed:
 		fmt.Fprintf(stdio.Out, "ALLOWED: %s may run %s\n", v.Principal, v.Tool)
 	default:
 		fmt.Fprintf(stdio.Out, "DENIED: %s may not run %s\n", v.Principal, v.Tool)
 	}
 	fmt.Fprintf(w, "policy revision\t%s\n", v.PolicyRevision)
+	if v.CedarPolicySet != "" {
+		fmt.Fprintf(w, "cedar policy set\t%s\n", v.CedarPolicySet)
+	}
+	switch c := v.Cedar; {
+	case c == nil && v.CedarPolicySet != "":
+		fmt.Fprintln(w, "cedar\tnot decided: Cedar policies decide on the call's input (--input)")
+	case c != nil && c.Effect == rules.Allow:
+		fmt.Fprintln(w, "cedar\tallow: no policy forbids this call")
+	case c != nil:
+		fmt.Fprintf(w, "cedar\t%s by %s: %s\n", c.Effect, strings.Join(c.Policies, ", "), c.Reason)
+	}
 	if v.Reason != "" {
 		fmt.Fprintf(w, "reason\t%s\n", v.Reason)
 	}
@@ -305,10 +368,17 @@ func newPolicyShowCmd(g *globals, stdio Stdio) *cobra.Command {
 				for _, p := range policy.Principals() {
 					grants[p] = capability.Strings(policy.Grants(p))
 				}
-				return encodeJSON(stdio, map[string]any{"revision": policy.Revision(), "principals": grants})
+				v := map[string]any{"revision": policy.Revision(), "principals": grants}
+				if set := policy.Rules(); set != nil {
+					v["cedar"] = map[string]any{"revision": set.Revision(), "files": set.Files(), "policies": set.Len()}
+				}
+				return encodeJSON(stdio, v)
 			}
 			w := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "revision\t%s\n", policy.Revision())
+			if set := policy.Rules(); set != nil {
+				fmt.Fprintf(w, "cedar policy set\t%s (%d policies in %s)\n", set.Revision(), set.Len(), strings.Join(set.Files(), ", "))
+			}
 			for _, p := range policy.Principals() {
 				var gs []string
 				for _, g := range policy.Grants(p) {

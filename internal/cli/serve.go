@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -161,17 +162,21 @@ the config file stores for it.`,
 			if err != nil {
 				return err
 			}
-			// The server closes the runtime when it stops; this closes the
-			// store under it, and removes the holder file, after that.
+			// This command owns the runtime: the server leaves it open. The
+			// clean path closes it below and checks the error; this covers
+			// the others.
 			defer rt.Close(context.Background())
 			base := cfg.Notify.BaseURL
 			if base == "" {
 				base = "http://" + l.Addr().String()
 			}
 			if wh := cfg.Notify.Webhook; wh != nil {
-				n, err := webui.NewNotifier(wh, base, os.LookupEnv, rt.Registry(), &webui.NotifierOptions{Logger: logger})
+				h, err := wh.ResolveHeaders(os.LookupEnv) // the file names variables, never the secrets
 				if err != nil {
-					rt.Close(cmd.Context())
+					return usageErr("%v", err)
+				}
+				n, err := webui.NewNotifier(&webui.Webhook{URL: wh.URL, Header: h}, base, rt.Registry(), &webui.NotifierOptions{Logger: logger})
+				if err != nil {
 					return usageErr("%v", err)
 				}
 				defer n.Close(context.Background())
@@ -193,9 +198,8 @@ the config file stores for it.`,
 						return &cp, err
 					}
 				}
-				ui, err := webui.New(rt.Runtime, cfg, uopts)
+				ui, err := webui.New(rt.Runtime, uiConfig(cfg), uopts)
 				if err != nil {
-					rt.Close(cmd.Context())
 					return usageErr("%v", err)
 				}
 				// Its requests are logged and traced as the API's are.
@@ -203,7 +207,6 @@ the config file stores for it.`,
 			}
 			srv, err := server.New(rt.Runtime, cfg, sopts)
 			if err != nil {
-				rt.Close(cmd.Context())
 				return usageErr("%v", err)
 			}
 			stopSocket := g.startLocalSocket(cmd.Context(), rt.Runtime, cfg, noSocket, stdio.Err) // localsock.go
@@ -213,6 +216,17 @@ the config file stores for it.`,
 				fmt.Fprintf(stdio.Err, "toolgate: web UI on http://%s/ui/\n", l.Addr())
 			}
 			if err := srv.Serve(cmd.Context(), l); err != nil && !errors.Is(err, net.ErrClosed) {
+				return internalErr(err)
+			}
+			// Serve returned once every call it started had ended (stopped
+			// at the end of the grace period, at the latest). What still
+			// runs on the runtime came through the local socket: it gets
+			// the grace period too, then Close stops it, recorded ABORTED,
+			// ROLLED_BACK. Close then closes the store.
+			stopSocket()
+			cctx, cancel := context.WithTimeout(context.Background(), gracePeriod(cfg))
+			defer cancel()
+			if err := rt.Close(cctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return internalErr(err)
 			}
 			fmt.Fprintln(stdio.Err, "toolgate: stopped")
@@ -230,4 +244,24 @@ the config file stores for it.`,
 	cmd.Flags().StringVar(&cpKey, "audit-key", "", "the key that signed --audit-checkpoint (as 'toolgate audit verify --key')")
 	cmd.Flags().BoolVar(&hashToken, "hash-token", false, "print the SHA-256 of a token read from stdin, for the config file")
 	return cmd
+}
+
+// gracePeriod is how long a stopped server lets running calls finish:
+// the config's gracePeriod, 10 s by default (as the server's own).
+func gracePeriod(cfg *server.Config) time.Duration {
+	if cfg.GracePeriod > 0 {
+		return time.Duration(cfg.GracePeriod)
+	}
+	return 10 * time.Second
+}
+
+// uiConfig is the web UI's config from serve's config file: its tokens, the
+// HTTP API's, so that a token logs in to the UI as the principal it calls
+// the API as.
+func uiConfig(cfg *server.Config) *webui.Config {
+	c := &webui.Config{Tokens: make([]webui.Token, 0, len(cfg.Tokens))}
+	for _, t := range cfg.Tokens {
+		c.Tokens = append(c.Tokens, webui.Token{Principal: t.Principal, SHA256: t.SHA256, Approver: t.Approver})
+	}
+	return c
 }

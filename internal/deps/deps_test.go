@@ -28,12 +28,14 @@ const module = "github.com/toolgate/toolgate"
 // touches the OpenTelemetry API; nothing imports runtime except the CLI and
 // its engines (internal/bench for the bench command, server and its web
 // UI, webui, for serve), the MCP front end (mcp, the only importer of the MCP SDK
-// besides the CLI) and the tests' kit (internal/testkit); only the CLI may use the OTel SDK; the client package
+// besides the CLI and its bench engine, whose --gateway is an MCP client and
+// server) and the tests' kit (internal/testkit); only the CLI may use the OTel SDK; the client package
 // imports nothing of the module.
 var policy = map[string][]string{
 	"lifecycle":                {"github.com/looplab/fsm"},
-	"capability":               {"internal/uuid"},
-	"tools":                    {"capability", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3", "golang.org/x/sys/unix"},
+	"capability":               {"internal/uuid", "rules"},
+	"rules":                    {"github.com/cedar-policy/cedar-go", "github.com/go-json-experiment/json"},
+	"tools":                    {"capability", "rules", "internal/proc", "github.com/santhosh-tekuri/jsonschema/v5", "golang.org/x/mod/semver", "go.yaml.in/yaml/v3", "golang.org/x/sys/unix"},
 	"txn":                      {"txn/driver", "txn/boltstore", "txn/pgstore"},
 	"txn/driver":               {},
 	"txn/boltstore":            {"txn/driver", "internal/wal", "go.etcd.io/bbolt"},
@@ -42,7 +44,7 @@ var policy = map[string][]string{
 	"txn/pgstore":              {"txn/driver", "github.com/jackc/pgx/v5"},
 	"txn/storetest":            {"txn", "txn/driver", "audit"},
 	"audit":                    {},
-	"runtime":                  {"lifecycle", "capability", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
+	"runtime":                  {"lifecycle", "capability", "rules", "tools", "txn", "audit", "internal/uuid", "internal/proc", "go.opentelemetry.io/otel"},
 	"internal/uuid":            {},
 	"oauth/oauthtest":          {"github.com/golang-jwt/jwt/v5"},
 	"oauth":                    {"github.com/golang-jwt/jwt/v5", "github.com/MicahParks/keyfunc/v3", "github.com/MicahParks/jwkset", "golang.org/x/time/rate"},
@@ -55,14 +57,14 @@ var policy = map[string][]string{
 	"internal/testdb":          {"github.com/jackc/pgx/v5"},
 	"internal/testkit":         {"runtime", "txn", "audit", "capability", "internal/testdb"},
 	"internal/testchild/child": {},
-	"internal/explain":         {"capability", "tools"},
-	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt", "github.com/jackc/pgx/v5"},
+	"internal/explain":         {"capability", "rules", "tools"},
+	"internal/bench":           {"runtime", "tools", "capability", "txn", "lifecycle", "go.etcd.io/bbolt", "github.com/jackc/pgx/v5", "github.com/modelcontextprotocol/go-sdk"},
 	"internal/nodetest":        {"server", "txn", "github.com/jackc/pgx/v5"},
 	"server":                   {"runtime", "lifecycle", "capability", "tools", "txn", "audit", "oauth", "go.opentelemetry.io/otel", "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp", "internal/ratelimit"},
 	"client":                   {"go.opentelemetry.io/otel"},
-	"mcp":                      {"runtime", "tools", "capability", "lifecycle", "audit", "oauth", "internal/ratelimit", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
+	"mcp":                      {"runtime", "tools", "capability", "rules", "lifecycle", "audit", "oauth", "internal/ratelimit", "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io/otel"},
 	"webui":                    {"runtime", "server", "oauth", "internal/explain", "lifecycle", "capability", "tools", "txn", "audit", "golang.org/x/time/rate"},
-	"internal/cli":             {"server", "webui", "oauth", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "tools", "txn", "audit", "internal/bench", "internal/gctune", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
+	"internal/cli":             {"server", "webui", "oauth", "internal/explain", "mcp", "github.com/modelcontextprotocol/go-sdk", "client", "runtime", "lifecycle", "capability", "rules", "tools", "txn", "audit", "internal/bench", "internal/gctune", "github.com/spf13/cobra", "go.opentelemetry.io/otel"},
 	"cmd/toolgate":             {"internal/cli"},
 }
 
@@ -71,7 +73,7 @@ var policy = map[string][]string{
 var forbidden = map[string][]string{
 	"go.opentelemetry.io/otel/sdk":       {"internal/cli", "cmd/toolgate"},
 	"go.opentelemetry.io/otel/exporters": {"internal/cli", "cmd/toolgate"},
-	"github.com/modelcontextprotocol":    {"mcp", "internal/cli"},
+	"github.com/modelcontextprotocol":    {"mcp", "internal/cli", "internal/bench"}, // bench --gateway: an MCP client and an upstream server
 }
 
 func TestDependencyPolicy(t *testing.T) {

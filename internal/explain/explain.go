@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/capability"
+	"github.com/toolgate/toolgate/rules"
 	"github.com/toolgate/toolgate/tools"
 )
 
@@ -52,8 +53,9 @@ type Decision struct {
 	// Call), the capabilities an input could add: one per input
 	// capability of the tool, required when the input gives its field.
 	AlsoRequired []AlsoRequired `json:"alsoRequired,omitempty"`
-	// RequiresApproval is set for a tool that runs only as an approved
-	// intent: whatever the grants, a plain call of it is denied.
+	// RequiresApproval is set for a call that runs only as an approved
+	// intent: its tool requires approval, or a Cedar policy asks a person
+	// about its arguments. Whatever the grants, a plain call is denied.
 	RequiresApproval bool `json:"requiresApproval,omitempty"`
 
 	// Paths are, for a call explained with its input, where each
@@ -61,6 +63,16 @@ type Decision struct {
 	// cleaned absolute path, where its links lead, what is there, the
 	// grant it lies inside or those it falls outside of.
 	Paths []tools.PathCheck `json:"paths,omitempty"`
+
+	// Cedar is the decision of the policy's Cedar policies over the
+	// call's arguments (package rules): its effect (allow, deny,
+	// approval), the ids of the policies that determined it, the approver
+	// groups and the policy set's revision. Nil without Cedar policies,
+	// and for a call explained without its input (they decide on it).
+	Cedar *rules.Decision `json:"cedar,omitempty"`
+	// CedarPolicySet is the revision of the policy's Cedar policies, when
+	// it has any.
+	CedarPolicySet string `json:"cedarPolicySet,omitempty"`
 
 	// Requirements are Required with the grants (held, and the extra
 	// ones) that meet each, in order.
@@ -90,12 +102,28 @@ func Call(policy *capability.Policy, principal string, decl tools.Declaration, i
 			v.AlsoRequired = append(v.AlsoRequired, AlsoRequired{Capability: ic.Name + ":{" + ic.ScopeFrom + "}", Field: ic.ScopeFrom})
 		}
 		v.RequiresApproval = decl.RequiresApproval
+		if set := policy.Rules(); set != nil {
+			v.CedarPolicySet = set.Revision()
+		}
 		return v
 	}
-	// The runtime's decision (tools.Declaration.Decide), explained.
-	td := decl.Decide(policy, principal, decl.Key(), input, extra, workDir, now)
+	return CallFor(policy, tools.Caller{Principal: principal}, decl, input, extra, workDir, now, message)
+}
+
+// CallFor is [Call] with its input, for a caller whose OAuth token's
+// scopes and claims the policy's Cedar policies see.
+func CallFor(policy *capability.Policy, caller tools.Caller, decl tools.Declaration, input json.RawMessage, extra []capability.Capability, workDir string, now time.Time, message func(error) string) Decision {
+	if policy == nil {
+		policy, _ = capability.NewPolicy(nil)
+	}
+	// The runtime's decision (tools.Declaration.DecideFor), explained.
+	td := decl.DecideFor(policy, caller, decl.Key(), input, extra, workDir, now)
 	v := explained(policy, td.Decision, extra)
-	v.RequiresApproval = decl.RequiresApproval
+	v.RequiresApproval = td.NeedsApproval(&decl)
+	v.Cedar = td.Rules
+	if set := policy.Rules(); set != nil {
+		v.CedarPolicySet = set.Revision()
+	}
 	v.Paths = td.Paths
 	switch {
 	case td.Err != nil:

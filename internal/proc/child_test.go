@@ -138,6 +138,10 @@ func child(kind string, args []string) int {
 		// Run a "fork wait" child through proc, print its identity, and
 		// wait for it: a toolgate process running a tool, to be killed.
 		return runner(args)
+	case "threadchurn":
+		// Run a child while other goroutines end their threads, and say
+		// how it ended.
+		return threadChurn()
 	case "threadstart":
 		// Start a sleeping child from a goroutine locked to its thread,
 		// which then returns locked: the runtime ends that thread.

@@ -25,7 +25,8 @@
 //     a truncation flag and its total size.
 //   - Run returns within about the timeout plus Options.WaitDelay (500 ms
 //     by default) even if a process that left the group holds the output
-//     pipes.
+//     pipes (twice WaitDelay if it also holds a Spec.Stdin that is not a
+//     file, whose copy os/exec bounds after ours).
 //   - A run that hit a limit returns what was captured until then, a Result
 //     naming the limit, and a [*LimitError]; a timeout is never a success.
 //   - A limit that cannot be enforced is never skipped silently: Run refuses
@@ -109,8 +110,8 @@
 //   - Processes that leave the process group (setsid, setpgid, a daemon)
 //     are not killed on the prlimit path; only cgroup.kill reaches them.
 //   - If our own process dies (even by SIGKILL), the child dies with it: it
-//     is started with SIGKILL as its parent-death signal, from one OS thread
-//     that lives as long as the process (see spawn.go for why). Only the
+//     is started with SIGKILL as its parent-death signal, from an OS thread
+//     that outlives it (see spawn.go for why and how). Only the
 //     direct child gets that signal: the rest of its group outlives us,
 //     until Reap, given the Identity that Spec.OnStart recorded, kills it.
 //   - Usage.MaxRSS is from wait4(2): the child and the descendants it waited
@@ -118,8 +119,12 @@
 //
 // # Concurrency
 //
-// A Runner is safe for concurrent use; it holds no per-run state. Each Run
-// uses a few goroutines, all finished when it returns (except os/exec's
-// copy of a Spec.Stdin reader blocked in Read, which os/exec leaves behind
-// after WaitDelay).
+// A Runner is safe for concurrent use; it holds no per-run state. Run
+// reads the output pipes itself, in poll(2) with a pidfd of the leader
+// (every 10 ms a look at the leader where the kernel has no pidfd), and
+// watches the context through a callback: a run starts no goroutine of its
+// own but the watchdog's, and os/exec's copy of a Spec.Stdin that is not a
+// file (which os/exec leaves behind after WaitDelay if it is blocked in
+// Read). The goroutine that calls Run stays on its OS thread from the fork
+// to the reap (spawn.go).
 package proc

@@ -8,3 +8,6 @@ func DisableEnforcement(r *Runner) {
 	r.caps.CgroupMemory = Support{Detail: "disabled by the test"}
 	r.caps.Prlimit = Support{Detail: "disabled by the test"}
 }
+
+// NoPidfd makes r wait for the leader as on a kernel without pidfd_open.
+func NoPidfd(r *Runner) { r.noPidfd = true }

@@ -68,9 +68,25 @@ type procStat struct {
 }
 
 func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	name := "/proc/" + strconv.Itoa(pid) + "/stat"
+	// One read of a buffer that holds any stat line (52 fields of at most
+	// 20 digits and a command name of at most 64 bytes), where os.ReadFile
+	// would also stat the file and read again for the end.
+	var buf [2048]byte
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return procStat{}, err
+		return procStat{}, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	n, err := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	if err != nil {
+		return procStat{}, &os.PathError{Op: "read", Path: name, Err: err}
+	}
+	b := buf[:max(n, 0)]
+	if n == len(buf) { // never seen: read it whole
+		if b, err = os.ReadFile(name); err != nil {
+			return procStat{}, err
+		}
 	}
 	st, ok := parseIdentityStat(b)
 	if !ok {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +59,55 @@ func threadStart() int {
 	}
 	fmt.Printf("pid=%d\n", pid)
 	time.Sleep(60 * time.Second)
+	return 0
+}
+
+// threadChurn is the "threadchurn" child: it runs a child sleeping 1 s
+// through proc.Run while goroutines keep locking their threads and
+// returning locked, so that the runtime ends thread after thread; OnStart
+// sleeps, which parks the goroutine that runs it and would free its thread
+// for them, were it not locked. It prints "ended=<signal> <exit code>".
+func threadChurn() int {
+	// Keep this goroutine on the main thread, which the runtime never ends,
+	// so that Run runs on another.
+	runtime.LockOSThread()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ended := make(chan struct{})
+				go func() {
+					runtime.LockOSThread()
+					close(ended)
+				}()
+				<-ended
+			}
+		})
+	}
+	exe, _ := os.Executable()
+	spec := proc.Spec{Path: exe, Args: []string{"1"}, Env: []string{childVar + "=sleep"}, MaxStdout: 1 << 10, MaxStderr: 1 << 10}
+	spec.OnStart = func(proc.Identity) { time.Sleep(200 * time.Millisecond) }
+	var res *proc.Result
+	var err error
+	ran := make(chan struct{})
+	go func() {
+		res, err = proc.Run(context.Background(), spec)
+		close(ran)
+	}()
+	<-ran
+	close(stop)
+	wg.Wait()
+	if res == nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("ended=%d %d\n", int(res.Signal), res.ExitCode)
 	return 0
 }
 
@@ -248,6 +298,16 @@ func TestPdeathsig_SurvivesTheStartingThread(t *testing.T) {
 	}
 	parent.Wait()
 	reapWithin(t, pid, time.Second, "the child")
+}
+
+// A child of Run is not killed while other goroutines end their threads:
+// the thread that forked it is locked to the goroutine that runs it until
+// it is reaped, so no other goroutine can end it.
+func TestPdeathsig_RunSurvivesThreadsEnding(t *testing.T) {
+	_, line := startParent(t, "threadchurn", "ended=")
+	if line != "0 0" {
+		t.Fatalf("the child ended with signal and exit code %s, want 0 0: killed when the thread that forked it ended", line)
+	}
 }
 
 // Reap never signals a process that is not the recorded one: not a pid

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,9 @@ func (o *Options) Validate() error {
 type Runner struct {
 	opts Options
 	caps Capabilities
+	// noPidfd waits for the leader as on a kernel without pidfd_open
+	// (before Linux 5.3), for the tests.
+	noPidfd bool
 }
 
 // New returns a Runner with the options (nil: DefaultOptions), after
@@ -270,7 +274,7 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		stderr.scan = newScanner(want...)
 	}
 
-	cmd := exec.CommandContext(ctx, abs, spec.Args...)
+	cmd := exec.Command(abs, spec.Args...)
 	cmd.Args[0] = spec.Path
 	if tr := trampoline(); tr != "" && (spec.MaxFileSize > 0 || memory == MemoryPrlimit) {
 		// prlimit(1) sets the limits, then execs the command: they hold from
@@ -283,32 +287,57 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 			args = append(args, "--as="+strconv.FormatInt(spec.MaxMemory, 10))
 		}
 		args = append(append(args, "--", abs), spec.Args...)
-		cmd = exec.CommandContext(ctx, tr, args[1:]...)
+		cmd = exec.Command(tr, args[1:]...)
 	}
 	cmd.Env = append([]string{}, spec.Env...) // never nil: nil would inherit ours
 	cmd.Dir = spec.Dir
 	cmd.Stdin = spec.Stdin
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if spec.Stdin == nil {
+		if f := devNull(); f != nil {
+			cmd.Stdin = f // else os/exec opens /dev/null itself
+		}
+	}
+	pipes, err := newOutputPipes()
+	if err != nil {
+		return nil, launchError(spec, abs, err)
+	}
+	cmd.Stdout, cmd.Stderr = pipes.w[0], pipes.w[1]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if cg != nil {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.fd
 	}
-	cmd.Cancel = func() error {
+	// Bounds the wait for the output pipes once the leader has exited (on
+	// its own, or killed at the end of ctx below).
+	cmd.WaitDelay = r.opts.WaitDelay
+
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		pipes.close()
+		return nil, launchError(spec, abs, err) // as exec.CommandContext's Start
+	}
+	// This goroutine's thread is the child's parent thread, kept until the
+	// child is reaped below (see spawn.go).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err = startLocked(cmd)
+	pipes.started()
+	if err != nil {
+		pipes.close()
+		return nil, launchError(spec, abs, err)
+	}
+	pid := cmd.Process.Pid
+	// The end of ctx kills the group: a callback of ctx, where
+	// exec.CommandContext would start a goroutine per run to watch it. If
+	// ctx ends before k.started below, k.started makes the kill.
+	stopWatch := context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			k.kill(LimitTimeout, int64(timeoutMax), fmt.Sprintf("killed the process group after %v", timeoutMax.Round(time.Millisecond)))
 		} else {
 			k.kill("canceled", 0, "")
 		}
-		return nil
-	}
-	cmd.WaitDelay = r.opts.WaitDelay
-
-	start := time.Now()
-	if err := startChild(cmd); err != nil {
-		return nil, launchError(spec, abs, err)
-	}
-	pid := cmd.Process.Pid
+	})
+	defer stopWatch()
 
 	// Limits on the child, as soon as Start returns: see "The prlimit race"
 	// in the package doc.
@@ -340,16 +369,11 @@ func (r *Runner) run(ctx context.Context, spec *Spec, abs, how, memory string, c
 		}
 	}
 
-	// Wait for the leader to exit without reaping it, so its pid, which is
-	// the group's id, cannot be reused while we kill the rest of the group.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	k.finish()
+	// Read the output while waiting for the leader to exit, without
+	// reaping it, so that its pid, which is the group's id, cannot be
+	// reused while we kill the rest of the group (k.finish, as soon as it
+	// has exited); then until the pipes end, or WaitDelay.
+	pipes.drain(pid, !r.noPidfd, [2]*capture{stdout, stderr}, r.opts.WaitDelay, k.finish)
 	var peak int64
 	if wd != nil {
 		peak = wd.halt()
@@ -551,6 +575,17 @@ func launchError(spec *Spec, abs string, err error) error {
 	}
 	return &LaunchError{Kind: KindOther, Command: spec.Path, Reason: abs, Err: err}
 }
+
+// devNull is /dev/null open for reading, the standard input of every run
+// without Spec.Stdin (os/exec would open and close it for each); nil if it
+// cannot be opened.
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+})
 
 // trampoline returns the path of util-linux prlimit(1) when it is
 // installed where a system installs it, root-owned and writable by no one

@@ -336,6 +336,50 @@ func TestRun_GrandchildHoldsStdout(t *testing.T) {
 	assertGone(t, grandchildPid(t, res.Stdout.Data))
 }
 
+// Run reads the output in the goroutine that waits for the leader, woken
+// by the pipes or by a pidfd of the leader; without pidfd (before Linux 5.3)
+// it looks at the leader every 10 ms. Either way: all of the output, the
+// exit status, the group killed when the leader exits, a timeout, and a
+// grandchild that left the group bounded by WaitDelay.
+func TestRun_OutputAndExitWithAndWithoutPidfd(t *testing.T) {
+	for _, pidfd := range []bool{true, false} {
+		r := prlimitRunner(t)
+		if !pidfd {
+			proc.NoPidfd(r)
+		}
+		name := map[bool]string{true: "pidfd", false: "polling"}[pidfd]
+		res, err := r.Run(context.Background(), childSpec(t, "flood", strconv.Itoa(3<<20)))
+		if err != nil || res.Stdout.Total != 3<<20 || res.Stderr.Total != 3<<20 || len(res.Stdout.Data) != 1<<20 {
+			t.Fatalf("%s: flood: %v, stdout %d (kept %d), stderr %d", name, err, res.Stdout.Total, len(res.Stdout.Data), res.Stderr.Total)
+		}
+		res, err = r.Run(context.Background(), childSpec(t, "exit", "7"))
+		if !errors.Is(err, proc.ErrExit) || res.ExitCode != 7 || string(res.Stderr.Data) != "exiting" {
+			t.Fatalf("%s: exit: %v, %+v", name, err, res)
+		}
+		res, err = r.Run(context.Background(), childSpec(t, "fork"))
+		if err != nil {
+			t.Fatalf("%s: fork: %v", name, err)
+		}
+		assertGone(t, grandchildPid(t, res.Stdout.Data))
+		spec := childSpec(t, "sleep", "30")
+		spec.Timeout = 200 * time.Millisecond
+		res, err = r.Run(context.Background(), spec)
+		if !errors.Is(err, proc.ErrTimeout) || !res.TimedOut || string(res.Stdout.Data) != "partial\n" {
+			t.Fatalf("%s: timeout: %v, %+v", name, err, res)
+		}
+		res, err = r.Run(context.Background(), childSpec(t, "fork", "escape"))
+		if err != nil {
+			t.Fatalf("%s: escaped grandchild: %v", name, err)
+		}
+		gpid := grandchildPid(t, res.Stdout.Data)
+		if err := unix.Kill(gpid, 0); err != nil {
+			t.Errorf("%s: the escaped grandchild is gone (%v): the test proves nothing", name, err)
+		}
+		unix.Kill(gpid, unix.SIGKILL)
+		assertGone(t, gpid)
+	}
+}
+
 // A grandchild that left the process group cannot be killed with it, but
 // cannot hold the call either: WaitDelay closes the pipes.
 func TestRun_EscapedGrandchildHoldsStdout(t *testing.T) {

@@ -143,7 +143,7 @@ func (s *Store) Begin(ctx context.Context, id string, data []byte, guard driver.
 
 // Commit checks the claim and the Tx's reads, then applies its writes and
 // stores the final record, in one update.
-func (s *Store) Commit(ctx context.Context, id string, check func(driver.StateReader) error, writes driver.Writes, data []byte, evs []driver.Event) error {
+func (s *Store) Commit(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
 	key := []byte(id)
 	return s.write(ctx, func(tx *bolt.Tx) error {
 		if err := s.failpoint(driver.StepCheckReads); err != nil {
@@ -152,7 +152,7 @@ func (s *Store) Commit(ctx context.Context, id string, check func(driver.StateRe
 		if err := claimPresent(tx, key); err != nil {
 			return err
 		}
-		return check(reader{tx})
+		return reads.Check(reader{tx})
 	}, func(tx *bolt.Tx) error {
 		if err := s.applyWrites(tx, writes); err != nil {
 			return err

@@ -99,6 +99,13 @@ type StateReader interface {
 	Scan(namespace, prefix string, n int) ([]Entry, error)
 }
 
+// ReadSet is what a transaction read (keys, and digests of the prefixes it
+// scanned): Check fails with ErrConflict when any of it is not what the
+// state of a commit's transaction shows.
+type ReadSet interface {
+	Check(StateReader) error
+}
+
 // Guard reads the state of a write's transaction and returns the writes to
 // apply with it; an error fails the write alone. It may run more than once
 // for one write.
@@ -126,10 +133,10 @@ type Records interface {
 	// Begin claims id with the EXECUTING record data, after guard (nil:
 	// none), whose writes it applies with the claim.
 	Begin(ctx context.Context, id string, data []byte, guard Guard, events []Event) error
-	// Commit runs check against the write's transaction (ErrConflict when
-	// what the Tx read changed), requires the claim of id (ErrNotFound),
-	// applies writes and stores the final record data.
-	Commit(ctx context.Context, id string, check func(StateReader) error, writes Writes, data []byte, events []Event) error
+	// Commit checks reads against the write's transaction (ErrConflict
+	// when what the Tx read changed), requires the claim of id
+	// (ErrNotFound), applies writes and stores the final record data.
+	Commit(ctx context.Context, id string, reads ReadSet, writes Writes, data []byte, events []Event) error
 	// Rollback stores the final record of a claimed execution.
 	Rollback(ctx context.Context, id string, data []byte, events []Event) error
 	// SetClaim rewrites the claim of id with set, which may refuse.

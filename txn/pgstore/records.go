@@ -56,12 +56,12 @@ func (p *Store) Begin(ctx context.Context, id string, data []byte, guard driver.
 
 // Commit checks the Tx's reads, applies its writes and replaces the claim
 // by the final record.
-func (p *Store) Commit(ctx context.Context, id string, check func(driver.StateReader) error, writes driver.Writes, data []byte, evs []driver.Event) error {
+func (p *Store) Commit(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
 	err := p.write(ctx, func(t *pgTx) error {
 		if err := p.failpoint(driver.StepCheckReads); err != nil {
 			return err
 		}
-		return check(t)
+		return reads.Check(t)
 	}, func(t *pgTx) error {
 		if err := t.applyWrites(writes, p.failpoint); err != nil {
 			return err

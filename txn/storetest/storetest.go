@@ -171,11 +171,11 @@ func Verify(ctx context.Context, s *txn.Store) []string {
 	return problems
 }
 
-func dumpState(t *testing.T, s *txn.Store) (map[string]map[string]string, error) {
+func dumpState(s *txn.Store) (map[string]map[string]string, error) {
 	return s.Driver().(Inspector).DumpState(context.Background())
 }
 
-func claims(t *testing.T, s *txn.Store) ([]string, error) {
+func claims(s *txn.Store) ([]string, error) {
 	return s.Driver().(Inspector).Claims(context.Background())
 }
 

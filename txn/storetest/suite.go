@@ -40,7 +40,7 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 			if !errors.Is(err, txn.ErrCommit) {
 				t.Fatalf("%s: Commit = %v, want ErrCommit", step, err)
 			}
-			if st, _ := dumpState(t, s); len(st["ns"]) != 0 {
+			if st, _ := dumpState(s); len(st["ns"]) != 0 {
 				t.Fatalf("%s: a failed commit left state %v", step, st)
 			}
 			if r, err := s.Get(ctx, "ex-1"); err != nil || r.State != "EXECUTING" {
@@ -52,7 +52,7 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 		if err := tx.Commit(ctx, final, ev("commit"), ev("done")); err != nil {
 			t.Fatal(err)
 		}
-		st, err := dumpState(t, s)
+		st, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 		if err != nil || r.State != "COMMITTED" || r.WriteSet == nil || r.WriteSet.Puts != 2 || !r.WriteSet.Committed {
 			t.Fatalf("record = %+v, %v", r, err)
 		}
-		if c, _ := claims(t, s); len(c) != 0 {
+		if c, _ := claims(s); len(c) != 0 {
 			t.Fatalf("claims left: %v", c)
 		}
 		verifyChain(t, s, 3)
@@ -99,7 +99,7 @@ func testRollbackByteExact(t *testing.T, b *Backend) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		before, err := dumpState(t, s)
+		before, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func testRollbackByteExact(t *testing.T, b *Backend) {
 		if err := tx.Rollback(ctx, final, ev("rollback")); err != nil {
 			t.Fatal(err)
 		}
-		after, err := dumpState(t, s)
+		after, err := dumpState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func testRecover(t *testing.T, b *Backend) {
 			t.Fatal(err)
 		}
 		s = b.open(t, path)
-		if c, _ := claims(t, s); !reflect.DeepEqual(c, []string{"crashed"}) {
+		if c, _ := claims(s); !reflect.DeepEqual(c, []string{"crashed"}) {
 			t.Fatalf("claims after the crash = %v", c)
 		}
 		done, err := s.Recover(ctx, func(r *txn.Record) ([]txn.AuditEvent, error) {
@@ -415,10 +415,10 @@ func testRecover(t *testing.T, b *Backend) {
 		if r, err := s.Get(ctx, "crashed"); err != nil || r.State != "ROLLED_BACK" {
 			t.Fatalf("recovered record = %+v, %v", r, err)
 		}
-		if c, _ := claims(t, s); len(c) != 0 {
+		if c, _ := claims(s); len(c) != 0 {
 			t.Fatalf("claims after Recover = %v", c)
 		}
-		if st, _ := dumpState(t, s); len(st["ns"]) != 0 {
+		if st, _ := dumpState(s); len(st["ns"]) != 0 {
 			t.Fatalf("an uncommitted write survived the crash: %v", st)
 		}
 		if done, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { return nil, nil }); err != nil || len(done) != 0 {
@@ -430,7 +430,7 @@ func testRecover(t *testing.T, b *Backend) {
 		if _, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { return nil, errors.New("no") }); err == nil {
 			t.Fatal("Recover with a failing finish succeeded")
 		}
-		if c, _ := claims(t, s); !reflect.DeepEqual(c, []string{"crashed2"}) {
+		if c, _ := claims(s); !reflect.DeepEqual(c, []string{"crashed2"}) {
 			t.Fatalf("claims after a failed Recover = %v", c)
 		}
 		verifyChain(t, s, 2)

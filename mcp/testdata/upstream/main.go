@@ -11,6 +11,9 @@
 // $UPSTREAM_ENDLESS=1 makes it a server whose tools/list never ends.
 // $UPSTREAM_HELLO=1 makes it write three lines to its standard error.
 // $UPSTREAM_DESC_DRIFT=1 changes echo's description only.
+// $UPSTREAM_GARBLE=1 adds the tool garble, which writes a line that is
+// not a JSON-RPC message on its standard output, then waits until
+// cancelled.
 package main
 
 import (
@@ -214,6 +217,15 @@ func main() {
 			s.AddTool(&sdk.Tool{Name: "grown", Description: "added later", InputSchema: json.RawMessage(`{"type":"object"}`)}, echo)
 			return &sdk.CallToolResult{Content: text("drifted")}, nil
 		})
+	if os.Getenv("UPSTREAM_GARBLE") == "1" {
+		s.AddTool(&sdk.Tool{Name: "garble", Description: "breaks the framing", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+				record(r.Params.Name)
+				os.Stdout.Write([]byte("this is not JSON-RPC\n"))
+				<-ctx.Done()
+				return nil, ctx.Err()
+			})
+	}
 	// nodesc: a property without a description, which RFC-0001 6.3 refuses.
 	s.AddTool(&sdk.Tool{Name: "nodesc", Description: "badly declared", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":[]}`)},
 		func(ctx context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
