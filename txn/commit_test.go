@@ -178,7 +178,11 @@ func TestTx_Rollback_Property(t *testing.T) {
 // Group commit: concurrent commits share updates, and one request's
 // failing write-set fails only that request.
 func TestStore_GroupCommit(t *testing.T) {
-	s := openStoreAt(t, filepath.Join(t.TempDir(), "g.db")) // fsync on: commits pile up behind it
+	s, err := txn.Open(filepath.Join(t.TempDir(), "g.db"), &txn.Options{}) // fsync on: commits pile up behind it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	const n = 64
 	var fails atomic.Int32

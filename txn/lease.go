@@ -56,6 +56,16 @@ func (s *Store) NodeLive(ctx context.Context, run string) (bool, error) {
 	return l.NodeLive(ctx, run)
 }
 
+// Syncs returns how many times the store has made its writes durable (its
+// backend's count: an fsync of a file it writes), and false for a backend
+// that does not count them.
+func (s *Store) Syncs() (uint64, bool) {
+	if c, ok := s.be.(driver.SyncCounter); ok {
+		return c.Syncs(), true
+	}
+	return 0, false
+}
+
 // Backend describes the database behind the store, for toolgate doctor:
 // "bbolt file, format 3", or "Postgres 16.4, schema 2, 2 nodes with a
 // live lease".

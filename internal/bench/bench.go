@@ -135,6 +135,11 @@ type Phase struct {
 	OpsPerS  float64 `json:"ops_per_s"`
 	P50us    float64 `json:"p50_us"`
 	P99us    float64 `json:"p99_us"`
+	// SyncsPerOp is how many times the phase made its writes durable per
+	// operation: counted by the store (its fsyncs), for the runtime; for
+	// the floor, bbolt's two per update (its pages, then its meta page).
+	// Zero with sync off, and on Postgres (the server syncs).
+	SyncsPerOp float64 `json:"syncs_per_op"`
 }
 
 // Ratios compare throughputs (operations per second).
@@ -350,29 +355,33 @@ func noopRegistry() (*tools.Registry, error) {
 }
 
 // openRuntime opens a runtime for the no-op tool on a fresh database.
-func (b *bencher) openRuntime(name string, callers int) (*tgruntime.Runtime, error) {
+func (b *bencher) openRuntime(name string, callers int) (*tgruntime.Runtime, *txn.Store, error) {
 	reg, err := noopRegistry()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	path := filepath.Join(b.dir, name+".db")
 	if b.pg != nil {
 		if path, err = b.pg.schema(b.ctx, name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	rt, err := tgruntime.Open(path, &tgruntime.Options{
+	store, err := txn.Open(path, &txn.Options{NoSync: !b.opts.Sync})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	rt, err := tgruntime.New(store, &tgruntime.Options{
 		Registry:      reg,
 		MaxConcurrent: callers,
 		SlotWait:      time.Minute, // a caller never fails for want of a slot
 		Retry:         tgruntime.RetryPolicy{MaxRetries: -1},
 		WorkDir:       b.dir,
-		NoSync:        !b.opts.Sync,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		store.Close()
+		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
-	return rt, nil
+	return rt, store, nil
 }
 
 func invocation() tgruntime.Invocation {
@@ -402,13 +411,14 @@ type layout struct {
 // differ from one invocation to the next, so sizes may differ by a few bytes
 // from a given invocation's.
 func (b *bencher) records() (claim, final []byte, lay layout, err error) {
-	rt, err := b.openRuntime("probe", 1)
+	rt, store, err := b.openRuntime("probe", 1)
 	if err != nil {
 		return nil, nil, lay, err
 	}
 	if b.pg != nil {
 		b.probeURL = b.pg.lastURL
 	}
+	defer store.Close()
 	defer rt.Close(context.Background())
 	res, err := rt.Execute(b.ctx, invocation())
 	if err != nil {
@@ -428,6 +438,9 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 		return nil, nil, lay, fmt.Errorf("bench: encoding the record: %w", err)
 	}
 	if err := rt.Close(context.Background()); err != nil {
+		return nil, nil, lay, fmt.Errorf("bench: %w", err)
+	}
+	if err := store.Close(); err != nil {
 		return nil, nil, lay, fmt.Errorf("bench: %w", err)
 	}
 
@@ -466,13 +479,15 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 
 // runtime measures Execute of the no-op tool by callers goroutines.
 func (b *bencher) runtime(name string, callers int) (Phase, error) {
-	rt, err := b.openRuntime(name, callers)
+	rt, store, err := b.openRuntime(name, callers)
 	if err != nil {
 		return Phase{}, err
 	}
 	defer os.Remove(filepath.Join(b.dir, name+".db"))
+	defer store.Close()
 	defer rt.Close(context.Background())
 	inv := invocation()
+	syncs, _ := store.Syncs()
 	ph, err := b.measure(callers, func() error {
 		res, err := rt.Execute(b.ctx, inv)
 		if err != nil {
@@ -486,7 +501,13 @@ func (b *bencher) runtime(name string, callers int) (Phase, error) {
 	if err != nil {
 		return Phase{}, err
 	}
+	if n, ok := store.Syncs(); ok && ph.Ops > 0 {
+		ph.SyncsPerOp = float64(n-syncs) / float64(ph.Ops)
+	}
 	if err := rt.Close(context.Background()); err != nil {
+		return Phase{}, fmt.Errorf("bench: %w", err)
+	}
+	if err := store.Close(); err != nil {
 		return Phase{}, fmt.Errorf("bench: %w", err)
 	}
 	return ph, nil
@@ -583,6 +604,9 @@ func (b *bencher) floor(name string, callers int, lay layout, claim, final []byt
 	}
 	if err := db.Close(); err != nil {
 		return Phase{}, fmt.Errorf("bench: floor database: %w", err)
+	}
+	if b.opts.Sync {
+		ph.SyncsPerOp = 4 // two updates, each syncing its pages, then its meta page
 	}
 	return ph, nil
 }

@@ -186,3 +186,30 @@ func TestIDGen(t *testing.T) {
 		t.Fatalf("random id %q", id)
 	}
 }
+
+// The runtime's durable call costs two syncs of the store's own count (the
+// claim's group and the commit's, each one entry of the write-ahead log),
+// where the floor's two bbolt updates cost four; with 4 callers the groups
+// are shared. Counts, never wall time.
+func TestRun_SyncsPerCall(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Callers: 4, Duration: 300 * time.Millisecond, Sync: true, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Runtime.W1.SyncsPerOp; got != 2 {
+		t.Errorf("one caller: %.3f syncs per call, want 2 (%d calls)", got, rep.Runtime.W1.Ops)
+	}
+	if got := rep.Runtime.WN.SyncsPerOp; got <= 0 || got > 2 {
+		t.Errorf("4 callers: %.3f syncs per call, want more than 0 and at most 2", got)
+	}
+	if rep.Floor.W1.SyncsPerOp != 4 {
+		t.Errorf("the floor: %.3f syncs per op, want bbolt's 4", rep.Floor.W1.SyncsPerOp)
+	}
+	rep, err = Run(context.Background(), Options{Callers: 2, Duration: 100 * time.Millisecond, Sync: false, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Runtime.W1.SyncsPerOp != 0 || rep.Floor.W1.SyncsPerOp != 0 {
+		t.Errorf("sync off: %.3f and %.3f syncs per op, want none", rep.Runtime.W1.SyncsPerOp, rep.Floor.W1.SyncsPerOp)
+	}
+}

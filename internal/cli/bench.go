@@ -222,7 +222,7 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 			fmtMicros(r.FsyncP50us), fmtMicros(r.FsyncP99us), r.Sync, r.Callers, perPhase)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PHASE\tCALLERS\tOPS/S\tP50\tP99\tVS FLOOR w1")
+	fmt.Fprintln(tw, "PHASE\tCALLERS\tOPS/S\tP50\tP99\tVS FLOOR w1\tSYNCS/OP")
 	for _, row := range []struct {
 		name string
 		p    bench.Phase
@@ -231,7 +231,11 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 		if r.Floor.W1.OpsPerS > 0 {
 			vs = fmt.Sprintf("%.2fx", row.p.OpsPerS/r.Floor.W1.OpsPerS)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\n", row.name, row.p.Callers, row.p.OpsPerS, fmtMicros(row.p.P50us), fmtMicros(row.p.P99us), vs)
+		syncs := "-"
+		if row.p.SyncsPerOp > 0 {
+			syncs = fmt.Sprintf("%.2f", row.p.SyncsPerOp)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\n", row.name, row.p.Callers, row.p.OpsPerS, fmtMicros(row.p.P50us), fmtMicros(row.p.P99us), vs, syncs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -69,12 +69,13 @@ func TestBench_Table(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) < 6 || !strings.HasPrefix(lines[0], "fsync p50 ") || !strings.Contains(lines[0], "sync=false, callers=3, 50ms per phase") ||
-		!strings.HasPrefix(lines[1], "PHASE") || !strings.Contains(lines[1], "VS FLOOR w1") {
+		!strings.HasPrefix(lines[1], "PHASE") || !strings.Contains(lines[1], "VS FLOOR w1") || !strings.HasSuffix(lines[1], "SYNCS/OP") {
 		t.Fatalf("table:\n%s", r.stdout)
 	}
 	for i, want := range []string{"floor 1 ", "floor 3 ", "runtime 1 ", "runtime 3 "} {
-		if got := strings.Join(strings.Fields(lines[2+i]), " "); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "x") {
-			t.Errorf("row %d %q, want %q... ending in a ratio", i, lines[2+i], want)
+		// With sync off nothing is synced: no count of syncs ("-").
+		if got := strings.Join(strings.Fields(lines[2+i]), " "); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "x -") {
+			t.Errorf("row %d %q, want %q... ending in a ratio and no syncs", i, lines[2+i], want)
 		}
 	}
 	if !strings.HasSuffix(strings.Fields(lines[2])[5], "1.00x") {

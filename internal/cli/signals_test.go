@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/boltstore"
 )
 
 // procInfo is what the test reads of a process in /proc.
@@ -271,6 +272,11 @@ func waitForRecordedProcess(t *testing.T, db string, pid int, postgres bool) {
 			}
 			path = filepath.Join(t.TempDir(), "copy.db")
 			must(t, os.WriteFile(path, b, 0o600))
+			// The claim is in the write-ahead log until a checkpoint: the
+			// copy's open applies it.
+			if l, err := os.ReadFile(boltstore.WALPath(db)); err == nil {
+				must(t, os.WriteFile(boltstore.WALPath(path), l, 0o600))
+			}
 		}
 		s, err := txn.Open(path, &txn.Options{ReadOnly: true})
 		if err != nil {

@@ -21,7 +21,6 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []driver.Event) error {
 		return nil
 	}
 	log := tx.Bucket(bucketAudit)
-	log.FillPercent = 1.0 // append-only: split full pages, not half-full ones
 	var seq uint64
 	var link [32]byte
 	head := log.Get(keyAuditHead)
@@ -45,14 +44,14 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []driver.Event) error {
 		s.auditBuf = make([]byte, 0, need)
 	}
 	value, seq, link := driver.AppendAuditGroup(s.auditBuf[:0], seq, link, events)
-	s.auditBuf = value // bbolt copies it into its pages at the commit; release keeps it for the next
-	if err := log.Put(key[:], value); err != nil {
+	s.auditBuf = value // put copies it into the log's entry; release keeps it for the next
+	if err := s.put(tx, walAudit, nil, key[:], value); err != nil {
 		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
 	}
 	var next [40]byte
 	binary.BigEndian.PutUint64(next[:], seq)
 	copy(next[8:], link[:])
-	return log.Put(keyAuditHead, next[:])
+	return s.put(tx, walAudit, nil, keyAuditHead, next[:])
 }
 
 // checkAuditTail holds the head against the last stored group (see

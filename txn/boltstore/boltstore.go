@@ -24,10 +24,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/wal"
 	"github.com/toolgate/toolgate/txn/driver"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -104,7 +106,22 @@ type Store struct {
 	closed    atomic.Bool
 	poisoned  atomic.Pointer[error]
 	failpoint func(step string) error
-	batches   atomic.Int64 // bbolt updates run by the committer
+	batches   atomic.Int64 // groups applied by the committer
+	noSync    bool
+
+	// A writer's write-ahead log and the bbolt write transaction its
+	// groups are applied to between checkpoints (wal.go). mu serializes
+	// the groups, the checkpoints and the reads of ltx; nil in a
+	// read-only Store, whose reads are bbolt read transactions.
+	mu          sync.Mutex
+	ltx         *bolt.Tx
+	log         *wal.Log
+	applied     uint64  // the number of the last log entry applied to ltx
+	j           journal // the group being applied
+	checkpoints atomic.Uint64
+	bboltSyncs  atomic.Uint64
+	// closedLogSyncs: the syncs of the log closed by Close.
+	closedLogSyncs uint64
 
 	w driver.Committer[writeReq]
 	// The audit events of the update in progress, in request order. They
@@ -139,6 +156,20 @@ func Open(path string, opts *Options) (*Store, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	if opts.ReadOnly && hotLog(path) {
+		// Its writer did not close it: what its log holds is applied by
+		// a writer's open (as SQLite's readers roll back a hot journal),
+		// and then read.
+		rw := *opts
+		rw.ReadOnly = false
+		w, err := Open(path, &rw)
+		if err != nil {
+			return nil, fmt.Errorf("%s was not closed by its writer, and its write-ahead log could not be applied: %w", path, err)
+		}
+		if err := w.Close(); err != nil {
+			return nil, err
+		}
+	}
 	if !opts.ReadOnly {
 		if synced, ok := FreelistSynced(path); ok && !synced {
 			// bbolt is about to rebuild the freelist by walking every page
@@ -151,7 +182,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	}
 	db, err := openBolt(path, &bolt.Options{
 		Timeout:  timeout,
-		NoSync:   opts.NoSync,
+		NoSync:   opts.NoSync || boltNoSync,
 		ReadOnly: opts.ReadOnly,
 		// The map freelist allocates and frees pages in O(1); the default
 		// array freelist scans linearly and degrades badly on large,
@@ -175,9 +206,21 @@ func Open(path string, opts *Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s := &Store{path: path, db: db, readOnly: opts.ReadOnly, failpoint: opts.Failpoint}
+	s := &Store{path: path, db: db, readOnly: opts.ReadOnly, failpoint: opts.Failpoint, noSync: opts.NoSync}
 	if s.failpoint == nil {
 		s.failpoint = func(string) error { return nil }
+	}
+	if !opts.ReadOnly {
+		if err := s.startLog(); err != nil {
+			if s.ltx != nil {
+				s.ltx.Rollback()
+			}
+			if s.log != nil {
+				s.log.Close()
+			}
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	s.w.Commit = s.commitBatch
 	s.w.Yield = true
@@ -302,10 +345,26 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed.Store(true)
+	lerr := s.closeLog()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("txn: close %s: %w", s.path, err)
 	}
+	if lerr != nil {
+		return fmt.Errorf("txn: close %s: %w", s.path, lerr)
+	}
 	return nil
+}
+
+// Syncs returns how many times the Store has made its writes durable:
+// the log's syncs, and bbolt's two per checkpoint.
+func (s *Store) Syncs() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.bboltSyncs.Load() + s.closedLogSyncs
+	if s.log != nil {
+		n += s.log.Syncs()
+	}
+	return n
 }
 
 // Describe says "bbolt file, format N", for toolgate doctor.
@@ -329,7 +388,29 @@ func (s *Store) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return translate(s.viewTx(fn))
+	if s.readOnly {
+		return translate(s.viewTx(fn))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ltx == nil {
+		if err := s.Err(); err != nil {
+			return err
+		}
+		return ErrClosed
+	}
+	return translate(s.readLTX(fn))
+}
+
+// readLTX runs fn on ltx, s.mu held, turning a panic into an error as
+// viewTx does.
+func (s *Store) readLTX(fn func(*bolt.Tx) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = recovered(v)
+		}
+	}()
+	return fn(s.ltx)
 }
 
 // viewTx runs db.View, turning a panic into an error as update does: bbolt

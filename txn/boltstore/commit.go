@@ -54,8 +54,10 @@ func (s *Store) audit(events []driver.Event) error {
 	return nil
 }
 
-// commitBatch applies a batch in one bbolt update and sets the outcome of
-// every request (its Err); the committer answers them.
+// commitBatch applies a batch to ltx, logs its changes as one entry of the
+// write-ahead log and syncs it (wal.go), and sets the outcome of every
+// request (its Err); the committer answers them. s.mu is held throughout:
+// no read sees a group's changes before they are durable.
 func (s *Store) commitBatch(batch []*request) {
 	if err := s.Err(); err != nil {
 		for _, r := range batch {
@@ -63,12 +65,14 @@ func (s *Store) commitBatch(batch []*request) {
 		}
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	todo := slices.Clone(batch) // the requests still to commit
 	for len(todo) > 0 {
 		failed, failErr, auditErr := -1, error(nil), error(nil)
 		auditing := false // appending the batch's audit group
 		s.batches.Add(1)
-		err := s.update(func(tx *bolt.Tx) error {
+		err := s.applyGroup(func(tx *bolt.Tx) error {
 			s.pending = s.pending[:0]
 			for i, r := range todo {
 				failed, r.R.audited = i, false // blamed if check or apply panics
@@ -93,7 +97,7 @@ func (s *Store) commitBatch(batch []*request) {
 			auditing = false
 			return s.failpoint(driver.StepCommit)
 		})
-		s.release() // bbolt has copied the values into its pages, or dropped them
+		s.release()
 		var p *panicError
 		switch {
 		case errors.As(err, &p) && failed >= 0:
@@ -103,10 +107,19 @@ func (s *Store) commitBatch(batch []*request) {
 		case failErr == nil:
 			failed = -1
 		}
+		if failed >= 0 || auditErr != nil {
+			// Undo the group's changes in ltx, to apply it again without
+			// the request(s) that failed; if that fails, what ltx holds
+			// is not known.
+			if uerr := s.applyGroup(s.rollback); uerr != nil {
+				err = uerr
+				failed, auditErr = -1, nil
+			}
+		}
 		switch {
 		case failed >= 0:
-			// Undone by bbolt: the failed request fails alone, and the rest
-			// are redone without it.
+			// Undone: the failed request fails alone, and the rest are
+			// redone without it.
 			todo[failed].Err = failErr
 			todo = slices.Delete(todo, failed, failed+1)
 		case auditErr != nil:
@@ -119,20 +132,53 @@ func (s *Store) commitBatch(batch []*request) {
 				}
 				return r.R.audited
 			})
-		case err != nil:
-			// The update itself failed: a write or fsync error, a full disk, a
-			// read-only file system. bbolt rolled it back, but what reached the
-			// disk is not known for certain, so the store refuses all further
-			// work until it is reopened.
+		case err == nil:
+			err = s.logGroup()
+			if err == nil {
+				return // durable: each request's err is its check's outcome
+			}
+			fallthrough
+		default:
+			// The group could not be applied or made durable: a write or
+			// sync error, a full disk, a read-only file system. What ltx
+			// and the disk hold of it is not known for certain, so the
+			// store refuses all further work until it is reopened, which
+			// applies what the log holds.
 			perr := s.poison(err)
 			for _, r := range todo {
 				r.Err = perr
 			}
 			return
-		default:
-			return // committed: each request's err is its check's outcome
 		}
 	}
+}
+
+// logGroup appends the group's changes to the log as one entry and syncs
+// it (writes it, with NoSync), then checkpoints if the log has grown past
+// checkpointBytes. An error leaves the group's outcome unknown: the caller
+// poisons the Store.
+func (s *Store) logGroup() error {
+	if e := s.j.entry(); len(e) > 0 {
+		seq, err := s.log.Append(e)
+		if err != nil {
+			return err
+		}
+		if s.noSync {
+			err = s.log.Write()
+		} else {
+			err = s.log.Sync()
+		}
+		if err != nil {
+			return err
+		}
+		s.applied = seq
+	}
+	if s.log.Size() >= checkpointBytes {
+		if err := s.checkpoint(); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 // maxKept bounds the audit group buffer kept from one update to the next,
@@ -195,15 +241,17 @@ func recovered(v any) *panicError {
 	}
 }
 
-// update runs db.Update, turning a panic (a caller's callback, or bbolt
-// meeting a corrupt page) into an error: bbolt has already rolled the update
-// back and released its lock, and the batch's requests must still be
-// answered and the leadership handed on.
-func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+// applyGroup runs fn on ltx, turning a panic (a caller's callback, or
+// bbolt meeting a corrupt page) into an error: the batch's requests must
+// still be answered and the leadership handed on.
+func (s *Store) applyGroup(fn func(*bolt.Tx) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = recovered(v)
 		}
 	}()
-	return s.db.Update(fn)
+	if s.ltx == nil {
+		return ErrClosed
+	}
+	return fn(s.ltx)
 }

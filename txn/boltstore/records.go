@@ -14,7 +14,7 @@ func (s *Store) Put(ctx context.Context, id string, data []byte, evs []driver.Ev
 	key := []byte(id)
 	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, key) },
 		func(tx *bolt.Tx) error {
-			if err := insertRecord(tx, key, data); err != nil {
+			if err := s.insertRecord(tx, key, data); err != nil {
 				return err
 			}
 			return s.audit(evs)
@@ -131,10 +131,10 @@ func (s *Store) Begin(ctx context.Context, id string, data []byte, guard driver.
 		if err := s.failpoint(driver.StepClaim); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketExecuting).Put(key, data); err != nil {
+		if err := s.put(tx, walExecuting, nil, key, data); err != nil {
 			return fmt.Errorf("txn: claim execution %q: %w", key, err)
 		}
-		if err := applyWrites(tx, writes, s.failpoint); err != nil {
+		if err := s.applyWrites(tx, writes); err != nil {
 			return err
 		}
 		return s.audit(evs)
@@ -154,13 +154,13 @@ func (s *Store) Commit(ctx context.Context, id string, reads driver.ReadSet, wri
 		}
 		return reads.Check(reader{tx})
 	}, func(tx *bolt.Tx) error {
-		if err := applyWrites(tx, writes, s.failpoint); err != nil {
+		if err := s.applyWrites(tx, writes); err != nil {
 			return err
 		}
 		if err := s.failpoint(driver.StepRecord); err != nil {
 			return err
 		}
-		if err := finishRecord(tx, key, data); err != nil {
+		if err := s.finishRecord(tx, key, data); err != nil {
 			return err
 		}
 		return s.audit(evs)
@@ -172,7 +172,7 @@ func (s *Store) Rollback(ctx context.Context, id string, data []byte, evs []driv
 	key := []byte(id)
 	return s.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, key) },
 		func(tx *bolt.Tx) error {
-			if err := finishRecord(tx, key, data); err != nil {
+			if err := s.finishRecord(tx, key, data); err != nil {
 				return err
 			}
 			return s.audit(evs)
@@ -183,12 +183,11 @@ func (s *Store) Rollback(ctx context.Context, id string, data []byte, evs []driv
 func (s *Store) SetClaim(ctx context.Context, id string, set func([]byte) ([]byte, error)) error {
 	key := []byte(id)
 	return s.write(ctx, func(tx *bolt.Tx) error { return claimPresent(tx, key) }, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketExecuting)
-		data, err := set(b.Get(key))
+		data, err := set(tx.Bucket(bucketExecuting).Get(key))
 		if err != nil {
 			return err
 		}
-		return b.Put(key, data)
+		return s.put(tx, walExecuting, nil, key, data)
 	})
 }
 
@@ -218,7 +217,7 @@ func (s *Store) Recover(ctx context.Context, finish driver.Finish) ([]driver.Cla
 			return err
 		}
 		for _, c := range final {
-			if err := finishRecord(tx, []byte(c.ID), c.Data); err != nil {
+			if err := s.finishRecord(tx, []byte(c.ID), c.Data); err != nil {
 				return err
 			}
 		}
@@ -268,10 +267,8 @@ func getRecord(tx *bolt.Tx, id []byte) []byte {
 // checked the id. Records are keyed by execution id alone: the runtime's ids
 // are time-ordered, so records are inserted near the end of the tree, and a
 // batch of them dirties a few pages rather than one per record.
-func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
-	b := tx.Bucket(bucketExecutions)
-	b.FillPercent = 0.9 // keys are nearly time-ordered: pages fill at the end
-	if err := b.Put(key, data); err != nil {
+func (s *Store) insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
+	if err := s.put(tx, walExecutions, nil, key, data); err != nil {
 		return fmt.Errorf("txn: store execution %q: %w", key, err)
 	}
 	return nil
@@ -279,9 +276,9 @@ func insertRecord(tx *bolt.Tx, key []byte, data []byte) error {
 
 // finishRecord stores the terminal record of an execution begun by Begin and
 // drops its claim. claimPresent has checked that it is claimed.
-func finishRecord(tx *bolt.Tx, key []byte, data []byte) error {
-	if err := insertRecord(tx, key, data); err != nil {
+func (s *Store) finishRecord(tx *bolt.Tx, key []byte, data []byte) error {
+	if err := s.insertRecord(tx, key, data); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketExecuting).Delete(key)
+	return s.del(tx, walExecuting, nil, key)
 }

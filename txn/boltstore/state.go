@@ -79,7 +79,7 @@ func (s *Store) UpdateState(ctx context.Context, fn driver.Guard, evs []driver.E
 		writes, err = fn(reader{tx})
 		return err // an error fails this call alone, not its batch
 	}, func(tx *bolt.Tx) error {
-		if err := applyWrites(tx, writes, s.failpoint); err != nil {
+		if err := s.applyWrites(tx, writes); err != nil {
 			return err
 		}
 		return s.audit(evs)
@@ -116,33 +116,19 @@ func scanState(tx *bolt.Tx, namespace, prefix string, n int) []driver.Entry {
 
 // applyWrites applies a buffered write-set to the committed state, creating
 // namespace buckets on first put.
-func applyWrites(tx *bolt.Tx, writes driver.Writes, failpoint func(string) error) error {
-	if len(writes) == 0 {
-		return nil // not even the state bucket's lookup: a claim without a guard writes none
-	}
-	state := tx.Bucket(bucketState)
+func (s *Store) applyWrites(tx *bolt.Tx, writes driver.Writes) error {
 	for ns, ops := range writes {
-		b := state.Bucket([]byte(ns))
 		for key, o := range ops {
 			if o.Deleted {
-				if b == nil {
-					continue
-				}
-				if err := b.Delete([]byte(key)); err != nil {
+				if err := s.del(tx, walState, []byte(ns), []byte(key)); err != nil {
 					return fmt.Errorf("txn: delete %q in namespace %q: %w", key, ns, err)
 				}
 				continue
 			}
-			if b == nil {
-				var err error
-				if b, err = state.CreateBucket([]byte(ns)); err != nil {
-					return fmt.Errorf("txn: create namespace %q: %w", ns, err)
-				}
-			}
-			if err := b.Put([]byte(key), o.Value); err != nil {
+			if err := s.put(tx, walState, []byte(ns), []byte(key), o.Value); err != nil {
 				return fmt.Errorf("txn: put %q in namespace %q: %w", key, ns, err)
 			}
-			if err := failpoint(driver.StepApplyWrite); err != nil {
+			if err := s.failpoint(driver.StepApplyWrite); err != nil {
 				return err
 			}
 		}

@@ -220,3 +220,10 @@ type AuditSearcher interface {
 	// gives for it.
 	GetWithAudit(ctx context.Context, id string, window func(data []byte) (needle []byte, from, to int64, err error), fn func(seq uint64, group []byte) (bool, error)) ([]byte, error)
 }
+
+// SyncCounter is the optional interface of a backend that counts the
+// times it made its writes durable (an fsync of a file it writes), for
+// toolgate bench: counted where the syncs are made, not inferred.
+type SyncCounter interface {
+	Syncs() uint64
+}
