@@ -188,16 +188,17 @@ func TestIDGen(t *testing.T) {
 }
 
 // The runtime's durable call costs two syncs of the store's own count (the
-// claim's group and the commit's, each one entry of the write-ahead log),
-// where the floor's two bbolt updates cost four; with 4 callers the groups
-// are shared. Counts, never wall time.
+// claim's group and the commit's, each one entry of the write-ahead log;
+// and now and then one more, when the log's file is extended), where the
+// floor's two bbolt updates cost four; with 4 callers the groups are
+// shared. Counts, never wall time.
 func TestRun_SyncsPerCall(t *testing.T) {
 	rep, err := Run(context.Background(), Options{Callers: 4, Duration: 300 * time.Millisecond, Sync: true, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rep.Runtime.W1.SyncsPerOp; got != 2 {
-		t.Errorf("one caller: %.3f syncs per call, want 2 (%d calls)", got, rep.Runtime.W1.Ops)
+	if got := rep.Runtime.W1.SyncsPerOp; got < 2 || got > 2.05 {
+		t.Errorf("one caller: %.3f syncs per call, want 2 and the log's extensions (%d calls)", got, rep.Runtime.W1.Ops)
 	}
 	if got := rep.Runtime.WN.SyncsPerOp; got <= 0 || got > 2 {
 		t.Errorf("4 callers: %.3f syncs per call, want more than 0 and at most 2", got)
