@@ -1,14 +1,12 @@
 package txn_test
 
 import (
-	"context"
 	"os"
-	"strconv"
 	"testing"
 
-	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/storetest"
 )
 
 // Helpers of the package's store tests. The conformance suite every
@@ -40,39 +38,8 @@ func openAt(t *testing.T, path string) *txn.Store {
 	return s
 }
 
-func ev(s string) txn.AuditEvent {
-	return txn.AuditEvent{Data: []byte(`{"what":` + strconv.Quote(s) + `}`)}
-}
-
-// verifyChain checks the log with audit.Verifier, as `toolgate audit
-// verify` does, and that it holds want entries numbered 1..want.
-func verifyChain(t *testing.T, s *txn.Store, want uint64) {
-	t.Helper()
-	ctx := context.Background()
-	v := &audit.Verifier{}
-	if err := s.AuditRaw(ctx, v.Add); err != nil {
-		t.Fatalf("AuditRaw: %v", err)
-	}
-	if err := v.Finish(); err != nil {
-		t.Fatalf("audit.Verifier: %v", err)
-	}
-	if v.Len() != want {
-		t.Fatalf("the verifier saw %d entries, want %d", v.Len(), want)
-	}
-	head, err := s.AuditHead(ctx)
-	if err != nil || head != want {
-		t.Fatalf("AuditHead = %d, %v; want %d", head, err, want)
-	}
-	log, err := s.AuditLog(ctx, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range log {
-		if e.Seq != uint64(i+1) {
-			t.Fatalf("entry %d has seq %d: the chain has a gap", i, e.Seq)
-		}
-	}
-	if uint64(len(log)) != want {
-		t.Fatalf("AuditLog has %d entries, want %d", len(log), want)
-	}
-}
+// The suite's record, event and chain check (txn/storetest).
+var (
+	ev          = storetest.Event
+	verifyChain = storetest.VerifyChain
+)

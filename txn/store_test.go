@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/storetest"
 )
 
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 890, time.UTC)
@@ -44,18 +45,7 @@ func openStoreAt(t *testing.T, path string) *txn.Store {
 }
 
 // newRecord returns a valid record in the given state.
-func newRecord(id, toolID, state string) *txn.Record {
-	return &txn.Record{
-		ExecutionID: id,
-		CallID:      "call-" + id,
-		Attempt:     1,
-		ToolID:      toolID,
-		ToolVersion: "1.0.0",
-		State:       state,
-		Transitions: []txn.Transition{{From: "AUTHORIZED", To: state, Event: "run", At: t0}},
-		StartedAt:   t0,
-	}
-}
+var newRecord = storetest.Record
 
 func ids(recs []*txn.Record) []string {
 	out := make([]string, len(recs))

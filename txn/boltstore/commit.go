@@ -156,7 +156,9 @@ func (s *Store) commitBatch(batch []*request) {
 // logGroup appends the group's changes to the log as one entry and syncs
 // it (writes it, with NoSync), then checkpoints if the log has grown past
 // checkpointBytes. An error leaves the group's outcome unknown: the caller
-// poisons the Store.
+// poisons the Store. A checkpoint that fails comes after the group is
+// durable: it poisons the Store for what follows, and the group succeeds
+// (the next Open applies it from the log).
 func (s *Store) logGroup() error {
 	if e := s.j.entry(); len(e) > 0 {
 		seq, err := s.log.Append(e)
@@ -175,7 +177,7 @@ func (s *Store) logGroup() error {
 	}
 	if s.log.Size() >= checkpointBytes {
 		if err := s.checkpoint(); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
+			s.poison(fmt.Errorf("checkpoint: %w", err))
 		}
 	}
 	return nil

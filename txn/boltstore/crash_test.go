@@ -346,3 +346,54 @@ func TestLog_DiskFullOrFailing(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint that fails (here the sync that empties the log) comes after
+// the group that triggered it is durable: that write succeeds, the store
+// refuses what follows, and reopened it holds the write.
+func TestLog_CheckpointFails(t *testing.T) {
+	logs := map[string]*crashfile.File{}
+	restore := boltstore.SetCrashTest(func(path string) (*wal.Log, []wal.Entry, error) {
+		return wal.OpenFile(logs[path])
+	}, 1) // every group checkpoints
+	defer restore()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	live := crashfile.New()
+	logs[boltstore.WALPath(path)] = live
+	s, err := txn.Open(path, &txn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.BeforeSync = func() {
+		if n, _ := live.Size(); n == 0 { // the log emptied by the checkpoint
+			live.FailSync = syscall.EIO
+		}
+	}
+	if err := s.Put(ctx, record("durable", "DENIED"), event("durable")); err != nil {
+		t.Fatalf("the write whose checkpoint failed: %v, want success (it is in the log)", err)
+	}
+	if err := s.Put(ctx, record("after", "DENIED")); !errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("a write after the failed checkpoint: %v, want ErrPoisoned", err)
+	}
+	s.Close()
+	after := filepath.Join(filepath.Dir(path), "after.db")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(after, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs[boltstore.WALPath(after)] = live.Crash(rand.New(rand.NewPCG(3, 4)))
+	s2, err := txn.Open(after, &txn.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.Get(ctx, "durable"); err != nil {
+		t.Fatalf("the acknowledged write is gone: %v", err)
+	}
+	if p := storetest.Verify(ctx, s2); len(p) > 0 {
+		t.Errorf("audit verify: %v", p)
+	}
+}

@@ -2,14 +2,13 @@ package pgstore_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/testdb"
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/storetest"
 	"go.uber.org/goleak"
 )
 
@@ -23,43 +22,12 @@ var t0 = time.Date(2025, 3, 4, 5, 6, 7, 890, time.UTC)
 // freshPostgres is the one fresh-database fixture (internal/testdb).
 func freshPostgres(t testing.TB) string { return testdb.FreshPostgres(t) }
 
-func newRecord(id, toolID, state string) *txn.Record {
-	return &txn.Record{
-		ExecutionID: id,
-		CallID:      "call-" + id,
-		Attempt:     1,
-		ToolID:      toolID,
-		ToolVersion: "1.0.0",
-		State:       state,
-		Transitions: []txn.Transition{{From: "AUTHORIZED", To: state, Event: "run", At: t0}},
-		StartedAt:   t0,
-	}
-}
-
-func ev(s string) txn.AuditEvent {
-	return txn.AuditEvent{Data: []byte(`{"what":` + strconv.Quote(s) + `}`)}
-}
-
-// verifyChain checks the log with audit.Verifier, as `toolgate audit
-// verify` does, and that it holds want entries.
-func verifyChain(t *testing.T, s *txn.Store, want uint64) {
-	t.Helper()
-	ctx := context.Background()
-	v := &audit.Verifier{}
-	if err := s.AuditRaw(ctx, v.Add); err != nil {
-		t.Fatalf("AuditRaw: %v", err)
-	}
-	if err := v.Finish(); err != nil {
-		t.Fatalf("audit.Verifier: %v", err)
-	}
-	if v.Len() != want {
-		t.Fatalf("the verifier saw %d entries, want %d", v.Len(), want)
-	}
-	head, err := s.AuditHead(ctx)
-	if err != nil || head != want {
-		t.Fatalf("AuditHead = %d, %v; want %d", head, err, want)
-	}
-}
+// The suite's record, event and chain check (txn/storetest).
+var (
+	newRecord   = storetest.Record
+	ev          = storetest.Event
+	verifyChain = storetest.VerifyChain
+)
 
 func pgExec(t *testing.T, dbURL, sql string) {
 	t.Helper()

@@ -181,8 +181,9 @@ func claims(s *txn.Store) ([]string, error) {
 
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 890, time.UTC)
 
-// newRecord returns a valid record in the given state.
-func newRecord(id, toolID, state string) *txn.Record {
+// Record returns a valid record of the tool in the given state, at a
+// fixed time: what the suite stores, for a backend's own tests too.
+func Record(id, toolID, state string) *txn.Record {
 	return &txn.Record{
 		ExecutionID: id,
 		CallID:      "call-" + id,
@@ -195,13 +196,14 @@ func newRecord(id, toolID, state string) *txn.Record {
 	}
 }
 
-func ev(s string) txn.AuditEvent {
+// Event returns an audit event {"what": s}.
+func Event(s string) txn.AuditEvent {
 	return txn.AuditEvent{Data: []byte(`{"what":` + strconv.Quote(s) + `}`)}
 }
 
-// verifyChain checks the log with audit.Verifier, as `toolgate audit
+// VerifyChain checks the log with audit.Verifier, as `toolgate audit
 // verify` does, and that it holds want entries numbered 1..want.
-func verifyChain(t *testing.T, s *txn.Store, want uint64) {
+func VerifyChain(t testing.TB, s *txn.Store, want uint64) {
 	t.Helper()
 	ctx := context.Background()
 	v := &audit.Verifier{}

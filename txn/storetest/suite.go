@@ -17,7 +17,7 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 	{
 		ctx := context.Background()
 		s := b.open(t, path)
-		tx, err := s.Begin(ctx, newRecord("ex-1", "tool", "EXECUTING"), ev("begin"))
+		tx, err := s.Begin(ctx, Record("ex-1", "tool", "EXECUTING"), Event("begin"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 				}
 				return nil
 			})
-			err := tx.Commit(ctx, newRecord("ex-1", "tool", "COMMITTED"), ev("commit"))
+			err := tx.Commit(ctx, Record("ex-1", "tool", "COMMITTED"), Event("commit"))
 			b.setFailpoint(nil)
 			if !errors.Is(err, txn.ErrCommit) {
 				t.Fatalf("%s: Commit = %v, want ErrCommit", step, err)
@@ -46,10 +46,10 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 			if r, err := s.Get(ctx, "ex-1"); err != nil || r.State != "EXECUTING" {
 				t.Fatalf("%s: after a failed commit the record is %v, %v", step, r, err)
 			}
-			verifyChain(t, s, 1)
+			VerifyChain(t, s, 1)
 		}
-		final := newRecord("ex-1", "tool", "COMMITTED")
-		if err := tx.Commit(ctx, final, ev("commit"), ev("done")); err != nil {
+		final := Record("ex-1", "tool", "COMMITTED")
+		if err := tx.Commit(ctx, final, Event("commit"), Event("done")); err != nil {
 			t.Fatal(err)
 		}
 		st, err := dumpState(s)
@@ -69,18 +69,18 @@ func testAtomicCommit(t *testing.T, b *Backend) {
 		if c, _ := claims(s); len(c) != 0 {
 			t.Fatalf("claims left: %v", c)
 		}
-		verifyChain(t, s, 3)
+		VerifyChain(t, s, 3)
 		if err := tx.Put("ns", "c", nil); !errors.Is(err, txn.ErrTxDone) {
 			t.Fatalf("Put after Commit = %v, want ErrTxDone", err)
 		}
 		// The claim is gone: the id is not reusable, nothing ends twice.
-		if _, err := s.Begin(ctx, newRecord("ex-1", "tool", "EXECUTING")); !errors.Is(err, txn.ErrExists) {
+		if _, err := s.Begin(ctx, Record("ex-1", "tool", "EXECUTING")); !errors.Is(err, txn.ErrExists) {
 			t.Fatalf("Begin of a used id = %v, want ErrExists", err)
 		}
-		if err := s.Put(ctx, newRecord("ex-1", "tool", "DENIED")); !errors.Is(err, txn.ErrExists) {
+		if err := s.Put(ctx, Record("ex-1", "tool", "DENIED")); !errors.Is(err, txn.ErrExists) {
 			t.Fatalf("Put of a used id = %v, want ErrExists", err)
 		}
-		verifyChain(t, s, 3)
+		VerifyChain(t, s, 3)
 	}
 }
 
@@ -103,7 +103,7 @@ func testRollbackByteExact(t *testing.T, b *Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.Begin(ctx, newRecord("ex-1", "tool", "EXECUTING"))
+		tx, err := s.Begin(ctx, Record("ex-1", "tool", "EXECUTING"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,8 +113,8 @@ func testRollbackByteExact(t *testing.T, b *Backend) {
 		if v, ok, _ := tx.Get("ns", "k0"); !ok || string(v) != "changed" {
 			t.Fatalf("the Tx does not see its own write: %q", v)
 		}
-		final := newRecord("ex-1", "tool", "ROLLED_BACK")
-		if err := tx.Rollback(ctx, final, ev("rollback")); err != nil {
+		final := Record("ex-1", "tool", "ROLLED_BACK")
+		if err := tx.Rollback(ctx, final, Event("rollback")); err != nil {
 			t.Fatal(err)
 		}
 		after, err := dumpState(s)
@@ -131,7 +131,7 @@ func testRollbackByteExact(t *testing.T, b *Backend) {
 		if err := tx.Rollback(ctx, final); !errors.Is(err, txn.ErrTxDone) {
 			t.Fatalf("second Rollback = %v, want ErrTxDone", err)
 		}
-		verifyChain(t, s, 1)
+		VerifyChain(t, s, 1)
 	}
 }
 
@@ -144,7 +144,7 @@ func testConflict(t *testing.T, b *Backend) {
 			t.Fatal(err)
 		}
 		begin := func(id string) *txn.Tx {
-			tx, err := s.Begin(ctx, newRecord(id, "tool", "EXECUTING"))
+			tx, err := s.Begin(ctx, Record(id, "tool", "EXECUTING"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,17 +158,17 @@ func testConflict(t *testing.T, b *Backend) {
 			}
 			_ = tx.Put("ns", "n", []byte(tx.ID()))
 		}
-		if err := a.Commit(ctx, newRecord("a", "tool", "COMMITTED")); err != nil {
+		if err := a.Commit(ctx, Record("a", "tool", "COMMITTED")); err != nil {
 			t.Fatal(err)
 		}
-		err := b.Commit(ctx, newRecord("b", "tool", "COMMITTED"))
+		err := b.Commit(ctx, Record("b", "tool", "COMMITTED"))
 		if !errors.Is(err, txn.ErrCommit) || !errors.Is(err, txn.ErrConflict) {
 			t.Fatalf("second commit = %v, want ErrCommit and ErrConflict", err)
 		}
 		if v, _, _ := s.StateValue(ctx, "ns", "n"); string(v) != "a" {
 			t.Fatalf("n = %q, want the first commit's", v)
 		}
-		if err := b.Rollback(ctx, newRecord("b", "tool", "ROLLED_BACK")); err != nil {
+		if err := b.Rollback(ctx, Record("b", "tool", "ROLLED_BACK")); err != nil {
 			t.Fatalf("Rollback after a conflict: %v", err)
 		}
 		// A key read as absent that appears, and a scanned prefix that
@@ -188,10 +188,10 @@ func testConflict(t *testing.T, b *Backend) {
 		if err := s.PutState(ctx, "ns", "p/1", []byte("1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Commit(ctx, newRecord("c", "tool", "COMMITTED")); !errors.Is(err, txn.ErrConflict) {
+		if err := c.Commit(ctx, Record("c", "tool", "COMMITTED")); !errors.Is(err, txn.ErrConflict) {
 			t.Fatalf("commit after a read-absent key appeared = %v, want ErrConflict", err)
 		}
-		if err := d.Commit(ctx, newRecord("d", "tool", "COMMITTED")); !errors.Is(err, txn.ErrConflict) {
+		if err := d.Commit(ctx, Record("d", "tool", "COMMITTED")); !errors.Is(err, txn.ErrConflict) {
 			t.Fatalf("commit after a scanned prefix changed = %v, want ErrConflict", err)
 		}
 		// Concurrent increments: exactly the committed ones count.
@@ -201,7 +201,7 @@ func testConflict(t *testing.T, b *Backend) {
 		for i := range 16 {
 			wg.Go(func() {
 				id := fmt.Sprintf("inc-%02d", i)
-				tx, err := s.Begin(ctx, newRecord(id, "tool", "EXECUTING"))
+				tx, err := s.Begin(ctx, Record(id, "tool", "EXECUTING"))
 				if err != nil {
 					t.Error(err)
 					return
@@ -209,14 +209,14 @@ func testConflict(t *testing.T, b *Backend) {
 				v, _, _ := tx.Get("ns", "count")
 				n, _ := strconv.Atoi(string(v))
 				_ = tx.Put("ns", "count", []byte(strconv.Itoa(n+1)))
-				if err := tx.Commit(ctx, newRecord(id, "tool", "COMMITTED")); err == nil {
+				if err := tx.Commit(ctx, Record(id, "tool", "COMMITTED")); err == nil {
 					mu.Lock()
 					committed++
 					mu.Unlock()
 				} else if !errors.Is(err, txn.ErrConflict) {
 					t.Error(err)
 				} else {
-					_ = tx.Rollback(ctx, newRecord(id, "tool", "ROLLED_BACK"))
+					_ = tx.Rollback(ctx, Record(id, "tool", "ROLLED_BACK"))
 				}
 			})
 		}
@@ -241,7 +241,7 @@ func testUpdateStateCAS(t *testing.T, b *Backend) {
 					old, _ := v.Get("intents", "counter")
 					c, _ := strconv.Atoi(string(old))
 					return v.Put("intents", "counter", []byte(strconv.Itoa(c+1)))
-				}, ev(fmt.Sprintf("inc %d", i)))
+				}, Event(fmt.Sprintf("inc %d", i)))
 				if err != nil {
 					t.Error(err)
 				}
@@ -256,7 +256,7 @@ func testUpdateStateCAS(t *testing.T, b *Backend) {
 		err := s.UpdateState(ctx, func(v *txn.StateView) error {
 			_ = v.Put("intents", "counter", []byte("bad"))
 			return refused
-		}, ev("refused"))
+		}, Event("refused"))
 		if !errors.Is(err, refused) {
 			t.Fatalf("UpdateState = %v, want the function's error", err)
 		}
@@ -277,12 +277,12 @@ func testUpdateStateCAS(t *testing.T, b *Backend) {
 			t.Fatal(err)
 		}
 		// A guard that refuses claims nothing.
-		_, err = s.BeginWith(ctx, newRecord("g", "tool", "EXECUTING"), func(v *txn.StateView) error {
+		_, err = s.BeginWith(ctx, Record("g", "tool", "EXECUTING"), func(v *txn.StateView) error {
 			if _, ok := v.Get("intents", "b"); ok {
 				return refused
 			}
 			return nil
-		}, ev("claim"))
+		}, Event("claim"))
 		if !errors.Is(err, refused) {
 			t.Fatalf("BeginWith = %v, want the guard's error", err)
 		}
@@ -290,19 +290,19 @@ func testUpdateStateCAS(t *testing.T, b *Backend) {
 			t.Fatalf("a refused claim stored a record: %v", err)
 		}
 		// A guard that accepts marks in the claim's update.
-		tx, err := s.BeginWith(ctx, newRecord("g", "tool", "EXECUTING"), func(v *txn.StateView) error {
+		tx, err := s.BeginWith(ctx, Record("g", "tool", "EXECUTING"), func(v *txn.StateView) error {
 			return v.Put("intents", "b", []byte("executed"))
-		}, ev("claim"))
+		}, Event("claim"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if v, _, _ := s.StateValue(ctx, "intents", "b"); string(v) != "executed" {
 			t.Fatalf("the guard's write is %q", v)
 		}
-		if err := tx.Commit(ctx, newRecord("g", "tool", "COMMITTED")); err != nil {
+		if err := tx.Commit(ctx, Record("g", "tool", "COMMITTED")); err != nil {
 			t.Fatal(err)
 		}
-		verifyChain(t, s, n+1)
+		VerifyChain(t, s, n+1)
 	}
 }
 
@@ -318,28 +318,28 @@ func testAuditChain(t *testing.T, b *Backend) {
 			wg.Go(func() {
 				var evs []txn.AuditEvent
 				for j := range i%3 + 1 {
-					evs = append(evs, ev(fmt.Sprintf("w%d/%d é \u2028", i, j)))
+					evs = append(evs, Event(fmt.Sprintf("w%d/%d é \u2028", i, j)))
 				}
 				id := fmt.Sprintf("ex-%03d", i)
 				if i%2 == 0 {
-					if err := s.Put(ctx, newRecord(id, "tool", "DENIED"), evs...); err != nil {
+					if err := s.Put(ctx, Record(id, "tool", "DENIED"), evs...); err != nil {
 						t.Error(err)
 					}
 					return
 				}
-				tx, err := s.Begin(ctx, newRecord(id, "tool", "EXECUTING"), evs[:1]...)
+				tx, err := s.Begin(ctx, Record(id, "tool", "EXECUTING"), evs[:1]...)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				_ = tx.Put("ns", id, []byte("v"))
-				if err := tx.Commit(ctx, newRecord(id, "tool", "COMMITTED"), evs[1:]...); err != nil {
+				if err := tx.Commit(ctx, Record(id, "tool", "COMMITTED"), evs[1:]...); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
-		verifyChain(t, s, want)
+		VerifyChain(t, s, want)
 		// Reads: records in id order, paged state, a search.
 		recs, err := s.List(ctx, txn.Filter{})
 		if err != nil || len(recs) != 60 {
@@ -388,12 +388,12 @@ func testRecover(t *testing.T, b *Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.Begin(ctx, newRecord("crashed", "tool", "EXECUTING"), ev("begin"))
+		tx, err := s.Begin(ctx, Record("crashed", "tool", "EXECUTING"), Event("begin"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = tx.Put("ns", "k", []byte("never"))
-		if err := s.Put(ctx, newRecord("done", "tool", "DENIED")); err != nil {
+		if err := s.Put(ctx, Record("done", "tool", "DENIED")); err != nil {
 			t.Fatal(err)
 		}
 		// The process dies: the Tx never ends.
@@ -407,7 +407,7 @@ func testRecover(t *testing.T, b *Backend) {
 		done, err := s.Recover(ctx, func(r *txn.Record) ([]txn.AuditEvent, error) {
 			r.State = "ROLLED_BACK"
 			r.Transitions = append(r.Transitions, txn.Transition{From: "EXECUTING", To: "ROLLED_BACK", Event: "interrupted", At: t0})
-			return []txn.AuditEvent{ev("interrupted " + r.ExecutionID)}, nil
+			return []txn.AuditEvent{Event("interrupted " + r.ExecutionID)}, nil
 		})
 		if err != nil || len(done) != 1 || done[0].ExecutionID != "crashed" {
 			t.Fatalf("Recover = %v, %v", done, err)
@@ -425,7 +425,7 @@ func testRecover(t *testing.T, b *Backend) {
 			t.Fatalf("second Recover = %v, %v", done, err)
 		}
 		// A finish that fails recovers nothing.
-		tx2, _ := s.Begin(ctx, newRecord("crashed2", "tool", "EXECUTING"))
+		tx2, _ := s.Begin(ctx, Record("crashed2", "tool", "EXECUTING"))
 		_ = tx2
 		if _, err := s.Recover(ctx, func(*txn.Record) ([]txn.AuditEvent, error) { return nil, errors.New("no") }); err == nil {
 			t.Fatal("Recover with a failing finish succeeded")
@@ -433,7 +433,7 @@ func testRecover(t *testing.T, b *Backend) {
 		if c, _ := claims(s); !reflect.DeepEqual(c, []string{"crashed2"}) {
 			t.Fatalf("claims after a failed Recover = %v", c)
 		}
-		verifyChain(t, s, 2)
+		VerifyChain(t, s, 2)
 	}
 }
 
@@ -445,7 +445,7 @@ func testClosed(t *testing.T, b *Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := s.Begin(ctx, newRecord("x", "tool", "EXECUTING"))
+		tx, err := s.Begin(ctx, Record("x", "tool", "EXECUTING"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,7 +461,7 @@ func testClosed(t *testing.T, b *Backend) {
 		if err := s.PutState(ctx, "ns", "k", nil); !errors.Is(err, txn.ErrClosed) {
 			t.Fatalf("PutState after Close = %v", err)
 		}
-		if err := tx.Commit(ctx, newRecord("x", "tool", "COMMITTED")); !errors.Is(err, txn.ErrClosed) {
+		if err := tx.Commit(ctx, Record("x", "tool", "COMMITTED")); !errors.Is(err, txn.ErrClosed) {
 			t.Fatalf("Commit after Close = %v", err)
 		}
 	}
