@@ -251,14 +251,12 @@ func (s *Server) add(e *tools.Entry, name string) {
 
 // annotations derives the MCP hints from a declaration.
 func annotations(d tools.Declaration) *sdk.ToolAnnotations {
-	readOnly, openWorld := true, false
+	readOnly, openWorld := d.ReadOnly(), false // as the runtime decides whether a call needs a claim
 	for _, c := range d.MayRequire() { // an input capability counts: some calls require it
 		switch c.Name {
-		case "filesystem.read", "state.read":
-		case "filesystem.write", "state.write":
-			readOnly = false
+		case "filesystem.read", "state.read", "filesystem.write", "state.write":
 		default: // process.exec, or anything reaching beyond files and state
-			readOnly, openWorld = false, true
+			openWorld = true
 		}
 	}
 	return &sdk.ToolAnnotations{

@@ -44,13 +44,18 @@ import (
 //
 // Every <id> is "<round>-<worker>-<n>", unique over the whole test, and each
 // is executed once (the tool is not idempotent, so never retried): one input,
-// at most one attempt, one record.
+// at most one attempt, one record. The first crashLookers workers run the
+// read-only tool crash.look instead, with ids ending in "-ro": such a call
+// stores no claim, so a kill while it runs must leave no trace of it, and
+// one that ended must be COMPLETED, never recovered as interrupted.
 
 const (
 	crashEnvDB     = "TOOLGATE_CRASH_CHILD" // the database path; set only in the child
 	crashEnvRound  = "TOOLGATE_CRASH_ROUND"
 	crashEnvSeed   = "TOOLGATE_CRASH_SEED" // optional: replay a run's kill timings
 	crashToolID    = "crash.pair"
+	crashLookID    = "crash.look" // read-only: reads a/<id>
+	crashLookers   = 2            // workers calling crash.look
 	crashPrincipal = "crasher"
 	crashWorkers   = 8
 	crashRounds    = 60               // every round ends in one SIGKILL
@@ -115,14 +120,26 @@ func crashOptions() (*tgruntime.Options, error) {
 		}
 		return in, nil
 	})
+	look := tool(decl(crashLookID, func(d *tools.Declaration) {
+		d.RequiredCapabilities = []capability.Capability{capability.MustParse("state.read:a")}
+	}), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		if _, _, err := env.State.Get("a", in.Msg); err != nil {
+			return msg{}, err
+		}
+		time.Sleep(time.Millisecond) // so that kills find some of these running
+		return in, nil
+	})
 	reg := tools.NewRegistry()
-	if err := reg.Register(pair); err != nil {
-		return nil, err
+	for _, tl := range []tools.Tool{pair, look} {
+		if err := reg.Register(tl); err != nil {
+			return nil, err
+		}
 	}
 	return &tgruntime.Options{
 		Registry: reg,
 		Grants: map[string][]capability.Capability{crashPrincipal: {
 			capability.MustParse("state.write:a"), capability.MustParse("state.write:b"), capability.MustParse("state.write:c"),
+			capability.MustParse("state.read:a"),
 		}},
 		OpenTimeout: 10 * time.Second,
 		NoSync:      false, // durable: COMPLETED only once fsynced
@@ -169,10 +186,13 @@ func TestCrashChild(t *testing.T) {
 	for g := range crashWorkers {
 		wg.Go(func() {
 			for n := 0; time.Now().Before(deadline); n++ {
-				id := fmt.Sprintf("%s-%d-%d", round, g, n)
+				id, tool := fmt.Sprintf("%s-%d-%d", round, g, n), crashToolID
+				if g < crashLookers {
+					id, tool = id+"-ro", crashLookID
+				}
 				say("START %s", id)
 				res, err := rt.Execute(context.Background(), tgruntime.Invocation{
-					Tool: crashToolID, Principal: crashPrincipal, Input: crashInput(id),
+					Tool: tool, Principal: crashPrincipal, Input: crashInput(id),
 				})
 				if res == nil {
 					fail("Execute(%s): no result: %v", id, err)
@@ -204,6 +224,7 @@ type crashHarness struct {
 
 	kills, earlyKills, killsBeforeReady, inFlightAtKill int
 	preRecoveryClaims                                   int // EXECUTING records found on disk by the parent's verifications
+	lookStarted, lookRecorded                           int // crash.look calls started, and those with a record
 }
 
 func TestCrashSafety(t *testing.T) {
@@ -366,6 +387,11 @@ func (h *crashHarness) verify(round int) {
 		t.Fatalf("round %d: List before recovery: %v", round, err)
 	}
 	h.preRecoveryClaims += len(claims)
+	for _, c := range claims {
+		if c.ToolID == crashLookID {
+			t.Errorf("round %d: the read-only call %s left a claim: %s is EXECUTING on disk", round, h.inputs[c.InputHash], c.ExecutionID)
+		}
+	}
 
 	// 2. Recovery.
 	opts, err := crashOptions()
@@ -424,6 +450,19 @@ func (h *crashHarness) verify(round int) {
 			t.Errorf("round %d: input %s has two records, %s and %s", round, id, prev, rec.ExecutionID)
 		}
 		attemptOf[id], idOf[rec.ExecutionID] = rec.ExecutionID, id
+		if strings.HasSuffix(id, "-ro") {
+			// Read-only: ended (COMPLETED, with every event) or no trace.
+			var out msg
+			switch err := json.Unmarshal(rec.Output, &out); {
+			case rec.ToolID != crashLookID:
+				t.Errorf("round %d: record %s of read-only input %s is of tool %s", round, rec.ExecutionID, id, rec.ToolID)
+			case rec.State != "COMPLETED":
+				t.Errorf("round %d: read-only call %s ended %s (error %+v): a crash must leave no trace of it", round, id, rec.State, rec.Error)
+			case err != nil || out.Msg != id:
+				t.Errorf("round %d: read-only call %s has output %s", round, id, rec.Output)
+			}
+			continue
+		}
 		va, inA := a[id]
 		vb, inB := b[id]
 		switch {
@@ -499,9 +538,19 @@ func (h *crashHarness) verify(round int) {
 			ackCompleted++ // its state was checked with the records above
 		}
 	}
+	h.lookStarted, h.lookRecorded = 0, 0
+	for _, id := range h.inputs {
+		if strings.HasSuffix(id, "-ro") {
+			h.lookStarted++
+			if attemptOf[id] != "" {
+				h.lookRecorded++
+			}
+		}
+	}
 	if t.Failed() {
 		t.FailNow()
 	}
+	t.Logf("after round %2d: %d read-only calls started, %d recorded, %d left no trace", round, h.lookStarted, h.lookRecorded, h.lookStarted-h.lookRecorded)
 	t.Logf("after round %2d: %d records (%d COMPLETED, %d recovered as interrupted, %d conflicts), %d ACKs (%d COMPLETED), %d claims found on disk by the parent, counter %d",
 		round, len(recs), len(completed), recovered, conflicts, len(h.acks), ackCompleted, h.preRecoveryClaims, n)
 }

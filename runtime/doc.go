@@ -25,8 +25,10 @@
 //  1. input validation against the input schema (else FAILED);
 //  2. capability authorization, deny by default (else DENIED);
 //  3. resource availability: an execution slot (else ABORTED, ROLLED_BACK);
-//  4. the state transaction begins: EXECUTING is persisted before the tool
-//     runs;
+//  4. the state transaction begins: EXECUTING is persisted (the claim)
+//     before the tool runs, except for a call of a read-only tool
+//     ([tools.Declaration.ReadOnly]) without an idempotency key or an
+//     intent, whose record is stored once, when it ends;
 //  5. to 8. the tool runs under its max execution time, through handles
 //     that expose only what was granted, writing state into the
 //     transaction's buffer (a timeout or limit: ABORTED, ROLLED_BACK; an
@@ -118,7 +120,8 @@
 // [Reader.AuditLog]; a [Reader] reads a store open read-only too).
 // [Open] and [New] finish any attempt a crash left EXECUTING:
 // ABORTED, then ROLLED_BACK with the reason "interrupted"; it is never run
-// again.
+// again. A read-only call that a crash interrupted left nothing: it had
+// changed nothing and answered nobody.
 //
 // # Errors and retries
 //

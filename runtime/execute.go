@@ -378,12 +378,20 @@ func (c *call) enforce(ctx context.Context, m *lifecycle.Machine, rec *txn.Recor
 	claim.Transitions = transitions(hist)
 	claimEvents := auditEvents(&r.ids, &claim, hist, 0, m.Created(), nil, c.extras(true), sp)
 	var tx *txn.Tx
-	if c.intent != nil {
+	switch {
+	case c.intent != nil:
 		// The intent is marked executed in the update that claims the
 		// attempt: of two executions, at most one can claim it.
 		x := IntentExecution{ExecutionID: claim.ExecutionID, CallID: claim.CallID, Principal: claim.Principal, At: start.At.UTC()}
 		tx, err = r.store.BeginWith(ctx, &claim, r.claimGuard(c.intent, x), claimEvents...)
-	} else {
+	case c.idem == nil && c.decl.ReadOnly():
+		// A read-only tool changes nothing outside its transaction, and
+		// without a key or an intent nothing asks that it run at most
+		// once: it runs unclaimed, and its record, with every transition's
+		// event, is stored once, when it ends. A crash before then leaves
+		// no trace of a call that had no effect and gave no answer.
+		tx, err = r.store.BeginUnclaimed(ctx, &claim, claimEvents...)
+	default:
 		tx, err = r.store.Begin(ctx, &claim, claimEvents...)
 	}
 	if err != nil {

@@ -252,6 +252,24 @@ func (d *Declaration) MayRequire() []capability.Capability {
 	return out
 }
 
+// ReadOnly reports whether every capability a call of the tool may
+// require (MayRequire) is a read: filesystem.read or state.read. Such a
+// tool's handles can change nothing outside its own state transaction, so
+// a crash while it runs leaves no effect to account for. MCP's
+// readOnlyHint says this, and the runtime then stores no claim before the
+// call runs unless it carries an idempotency key or an approved intent
+// (see runtime.Runtime.Execute). A tool that acts on the world by other
+// means than its handles (a Go tool calling a service) must declare a
+// capability for it, or it is taken for read-only.
+func (d *Declaration) ReadOnly() bool {
+	for _, c := range d.MayRequire() {
+		if c.Name != "filesystem.read" && c.Name != "state.read" {
+			return false
+		}
+	}
+	return true
+}
+
 // absPath is p made absolute against workDir (or the process's working
 // directory when workDir is "") and cleaned, as the filesystem handles make
 // it.

@@ -18,6 +18,9 @@ func (t *Tx) SetProcesses(ctx context.Context, ps []Process) error {
 	if t.done {
 		return ErrTxDone
 	}
+	if t.unclaimed {
+		return fmt.Errorf("txn: record the processes of execution %q: %w: it was begun without a claim", t.id, ErrNotFound)
+	}
 	ps = slices.Clone(ps)
 	set := func(data []byte) ([]byte, error) {
 		rec, err := decodeRecord(t.id, data)

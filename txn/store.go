@@ -145,7 +145,7 @@ func (s *Store) Put(ctx context.Context, rec *Record, events ...AuditEvent) erro
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return s.be.Put(ctx, rec.ExecutionID, data, evs)
+	return s.be.Put(ctx, rec.ExecutionID, nil, nil, data, evs)
 }
 
 // Get returns the record of an execution, or an error wrapping ErrNotFound.

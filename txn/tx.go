@@ -30,6 +30,9 @@ type Tx struct {
 	writes driver.Writes                   // namespace -> key -> pending op; nil once done
 	reads  map[string]map[string]driver.Op // namespace -> key -> what the first read from the store saw
 	scans  map[scanKey][32]byte            // digest of what the first scan of each prefix saw
+
+	unclaimed bool           // begun by BeginUnclaimed: no claim is stored
+	pending   []driver.Event // an unclaimed Tx's events of its beginning, stored when it ends
 }
 
 // scanKey names a scanned prefix of a namespace.
@@ -240,7 +243,11 @@ func (t *Tx) Commit(ctx context.Context, final *Record, events ...AuditEvent) er
 		return err
 	}
 	if err = t.store.ready(ctx); err == nil {
-		err = t.store.be.Commit(ctx, t.id, (*readSet)(t), t.writes, data, evs)
+		if t.unclaimed {
+			err = t.finish(ctx, true, data, evs)
+		} else {
+			err = t.store.be.Commit(ctx, t.id, (*readSet)(t), t.writes, data, evs)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: execution %q: %w", ErrCommit, t.id, err)
@@ -279,7 +286,11 @@ func (t *Tx) Rollback(ctx context.Context, final *Record, events ...AuditEvent) 
 		return err
 	}
 	if err = t.store.ready(ctx); err == nil {
-		err = t.store.be.Rollback(ctx, t.id, data, evs)
+		if t.unclaimed {
+			err = t.finish(ctx, false, data, evs)
+		} else {
+			err = t.store.be.Rollback(ctx, t.id, data, evs)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("txn: rollback execution %q: %w", t.id, err)

@@ -14,9 +14,13 @@
 //     the runtime first, so the floor writes what the runtime writes;
 //   - the runtime: a no-op tool with a small typed schema run through the
 //     whole Runtime.Execute path (validation, authorization, slot, claim,
-//     tool, output validation, commit).
+//     tool, output validation, commit). It declares state.write, so its
+//     calls are claimed before they run, as every call that must not
+//     repeat after a crash is;
+//   - the read-only runtime: the same through a tool that declares only
+//     state.read, whose calls store no claim: one durable write per call.
 //
-// The floor and the runtime each run twice, with one caller and with
+// The floor and the runtimes each run twice, with one caller and with
 // Options.Callers concurrent callers, for Options.Duration each. Latencies
 // are per operation: the two bbolt updates for the floor, one Execute call
 // for the runtime.
@@ -42,6 +46,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/toolgate/toolgate/capability"
 	"github.com/toolgate/toolgate/lifecycle"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -67,8 +72,8 @@ type Options struct {
 	Dir string
 
 	// ProfileDir, if not "", receives a CPU profile of each measured phase,
-	// for go tool pprof: floor-w1.pprof, floor-wN.pprof, runtime-w1.pprof
-	// and runtime-wN.pprof (the keys of the report). It is created if need
+	// for go tool pprof: floor-w1.pprof, floor-wN.pprof, runtime-w1.pprof,
+	// runtime-wN.pprof, read-only-w1.pprof and read-only-wN.pprof. It is created if need
 	// be. The profiler is the process's: Run fails if one is running.
 	ProfileDir string
 
@@ -113,9 +118,11 @@ type Report struct {
 	// "uuid7" (time-ordered).
 	RecordKeys string `json:"record_keys"`
 
-	Floor   Pair   `json:"floor"`
-	Runtime Pair   `json:"runtime"`
-	Ratios  Ratios `json:"ratios"`
+	Floor   Pair `json:"floor"`
+	Runtime Pair `json:"runtime"`
+	// ReadOnly is the runtime calling a read-only tool (no claim).
+	ReadOnly Pair   `json:"read_only"`
+	Ratios   Ratios `json:"ratios"`
 
 	// Profiles are the CPU profiles written (Options.ProfileDir), by phase.
 	Profiles []string `json:"profiles,omitempty"`
@@ -226,8 +233,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}{
 		{"floor", "w1", 1, &rep.Floor.W1, func(n string, c int) (Phase, error) { return floor(n, c, lay, claim, final) }},
 		{"floor", "wN", opts.Callers, &rep.Floor.WN, func(n string, c int) (Phase, error) { return floor(n, c, lay, claim, final) }},
-		{"runtime", "w1", 1, &rep.Runtime.W1, b.runtime},
-		{"runtime", "wN", opts.Callers, &rep.Runtime.WN, b.runtime},
+		{"runtime", "w1", 1, &rep.Runtime.W1, b.runtime(noopID)},
+		{"runtime", "wN", opts.Callers, &rep.Runtime.WN, b.runtime(noopID)},
+		{"read-only", "w1", 1, &rep.ReadOnly.W1, b.runtime(lookID)},
+		{"read-only", "wN", opts.Callers, &rep.ReadOnly.WN, b.runtime(lookID)},
 	}
 	for i, p := range phases {
 		b.phase = fmt.Sprintf("bench %d/%d: %s, %d caller%s", i+1, len(phases), p.name, p.callers, plural(p.callers))
@@ -314,8 +323,10 @@ func measureFsync(ctx context.Context, path string) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// The no-op tool the runtime phases run.
+// The no-op tools the runtime phases run: noop declares state.write (so
+// its calls are claimed), look state.read (so they are not).
 const (
+	lookID      = "bench.look"
 	noopID      = "bench.noop"
 	noopVersion = "1.0.0"
 	noopInput   = `{"n":1}`
@@ -335,21 +346,33 @@ func noopSchema(what string) json.RawMessage {
 }`)
 }
 
+// benchGrants are what the bench's principal holds: what the two tools
+// declare.
+var benchGrants = map[string][]capability.Capability{"bench": {
+	capability.MustParse("state.write:bench"), capability.MustParse("state.read:bench"),
+}}
+
 func noopRegistry() (*tools.Registry, error) {
 	reg := tools.NewRegistry()
-	err := reg.Register(tools.NewTyped(tools.Declaration{
-		ID:             noopID,
-		Version:        noopVersion,
-		Name:           "Bench no-op",
-		Description:    "Returns its input; does nothing else. Used by toolgate bench.",
-		InputSchema:    noopSchema("any integer; returned as is"),
-		OutputSchema:   noopSchema("the input's n"),
-		ResourceLimits: tools.ResourceLimits{MaxExecutionTime: 5 * time.Second},
-		Deterministic:  true,
-		Idempotent:     true,
-	}, func(_ context.Context, _ *tools.Env, in noopIO) (noopIO, error) { return in, nil }))
-	if err != nil {
-		return nil, fmt.Errorf("bench: registering %s: %w", noopID, err)
+	for _, t := range []struct{ id, name, capability string }{
+		{noopID, "Bench no-op", "state.write:bench"},
+		{lookID, "Bench read-only no-op", "state.read:bench"},
+	} {
+		err := reg.Register(tools.NewTyped(tools.Declaration{
+			ID:                   t.id,
+			Version:              noopVersion,
+			Name:                 t.name,
+			Description:          "Returns its input; does nothing else. Used by toolgate bench.",
+			InputSchema:          noopSchema("any integer; returned as is"),
+			OutputSchema:         noopSchema("the input's n"),
+			RequiredCapabilities: []capability.Capability{capability.MustParse(t.capability)},
+			ResourceLimits:       tools.ResourceLimits{MaxExecutionTime: 5 * time.Second},
+			Deterministic:        true,
+			Idempotent:           true,
+		}, func(_ context.Context, _ *tools.Env, in noopIO) (noopIO, error) { return in, nil }))
+		if err != nil {
+			return nil, fmt.Errorf("bench: registering %s: %w", t.id, err)
+		}
 	}
 	return reg, nil
 }
@@ -372,6 +395,7 @@ func (b *bencher) openRuntime(name string, callers int) (*tgruntime.Runtime, *tx
 	}
 	rt, err := tgruntime.New(store, &tgruntime.Options{
 		Registry:      reg,
+		Grants:        benchGrants,
 		MaxConcurrent: callers,
 		SlotWait:      time.Minute, // a caller never fails for want of a slot
 		Retry:         tgruntime.RetryPolicy{MaxRetries: -1},
@@ -384,8 +408,8 @@ func (b *bencher) openRuntime(name string, callers int) (*tgruntime.Runtime, *tx
 	return rt, store, nil
 }
 
-func invocation() tgruntime.Invocation {
-	return tgruntime.Invocation{Tool: noopID, Version: noopVersion, Input: json.RawMessage(noopInput), Principal: "bench"}
+func invocation(tool string) tgruntime.Invocation {
+	return tgruntime.Invocation{Tool: tool, Version: noopVersion, Input: json.RawMessage(noopInput), Principal: "bench"}
 }
 
 // layout is how the runtime stores an execution's record, as far as the
@@ -420,7 +444,7 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	}
 	defer store.Close()
 	defer rt.Close(context.Background())
-	res, err := rt.Execute(b.ctx, invocation())
+	res, err := rt.Execute(b.ctx, invocation(noopID))
 	if err != nil {
 		return nil, nil, lay, fmt.Errorf("bench: running %s: %w", noopID, err)
 	}
@@ -477,8 +501,13 @@ func (b *bencher) records() (claim, final []byte, lay layout, err error) {
 	return claim, final, lay, err
 }
 
-// runtime measures Execute of the no-op tool by callers goroutines.
-func (b *bencher) runtime(name string, callers int) (Phase, error) {
+// runtime returns the phase that measures Execute of tool by callers
+// goroutines.
+func (b *bencher) runtime(tool string) func(name string, callers int) (Phase, error) {
+	return func(name string, callers int) (Phase, error) { return b.runtimeOf(tool, name, callers) }
+}
+
+func (b *bencher) runtimeOf(tool, name string, callers int) (Phase, error) {
 	rt, store, err := b.openRuntime(name, callers)
 	if err != nil {
 		return Phase{}, err
@@ -486,15 +515,15 @@ func (b *bencher) runtime(name string, callers int) (Phase, error) {
 	defer os.Remove(filepath.Join(b.dir, name+".db"))
 	defer store.Close()
 	defer rt.Close(context.Background())
-	inv := invocation()
+	inv := invocation(tool)
 	syncs, _ := store.Syncs()
 	ph, err := b.measure(callers, func() error {
 		res, err := rt.Execute(b.ctx, inv)
 		if err != nil {
-			return fmt.Errorf("bench: %s: %w", noopID, err)
+			return fmt.Errorf("bench: %s: %w", tool, err)
 		}
 		if res.State != lifecycle.Completed {
-			return fmt.Errorf("bench: %s ended %s, not COMPLETED", noopID, res.State)
+			return fmt.Errorf("bench: %s ended %s, not COMPLETED", tool, res.State)
 		}
 		return nil
 	})

@@ -36,7 +36,8 @@ func TestRun(t *testing.T) {
 		name    string
 		ph      Phase
 		callers int
-	}{{"floor w1", rep.Floor.W1, 1}, {"floor wN", rep.Floor.WN, 4}, {"runtime w1", rep.Runtime.W1, 1}, {"runtime wN", rep.Runtime.WN, 4}} {
+	}{{"floor w1", rep.Floor.W1, 1}, {"floor wN", rep.Floor.WN, 4}, {"runtime w1", rep.Runtime.W1, 1}, {"runtime wN", rep.Runtime.WN, 4},
+		{"read-only w1", rep.ReadOnly.W1, 1}, {"read-only wN", rep.ReadOnly.WN, 4}} {
 		ph := p.ph
 		if ph.Callers != p.callers || ph.Ops <= 0 || ph.OpsPerS <= 0 || ph.ElapsedS < 0.1 ||
 			ph.P50us <= 0 || ph.P50us > ph.P99us {
@@ -60,12 +61,12 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"callers", "sync", "fsync_p50_us", "fsync_p99_us", "ratios", "floor", "runtime"} {
+	for _, k := range []string{"callers", "sync", "fsync_p50_us", "fsync_p99_us", "ratios", "floor", "runtime", "read_only"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no %q in %s", k, b)
 		}
 	}
-	for _, kind := range []string{"floor", "runtime"} {
+	for _, kind := range []string{"floor", "runtime", "read_only"} {
 		for _, w := range []string{"w1", "wN"} {
 			ph, _ := m[kind].(map[string]any)[w].(map[string]any)
 			for _, k := range []string{"ops_per_s", "p50_us", "p99_us"} {
@@ -99,7 +100,7 @@ func TestRun_Profiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN"} {
+	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN", "read-only-w1", "read-only-wN"} {
 		want = append(want, filepath.Join(dir, name+".pprof"))
 	}
 	if !slices.Equal(rep.Profiles, want) {
@@ -203,6 +204,13 @@ func TestRun_SyncsPerCall(t *testing.T) {
 	if got := rep.Runtime.WN.SyncsPerOp; got <= 0 || got > 2 {
 		t.Errorf("4 callers: %.3f syncs per call, want more than 0 and at most 2", got)
 	}
+	// A read-only call stores no claim: one sync.
+	if got := rep.ReadOnly.W1.SyncsPerOp; got < 1 || got > 1.05 {
+		t.Errorf("read-only, one caller: %.3f syncs per call, want 1 and the log's extensions (%d calls)", got, rep.ReadOnly.W1.Ops)
+	}
+	if got := rep.ReadOnly.WN.SyncsPerOp; got <= 0 || got > 1 {
+		t.Errorf("read-only, 4 callers: %.3f syncs per call, want more than 0 and at most 1", got)
+	}
 	if rep.Floor.W1.SyncsPerOp != 4 {
 		t.Errorf("the floor: %.3f syncs per op, want bbolt's 4", rep.Floor.W1.SyncsPerOp)
 	}
@@ -210,7 +218,7 @@ func TestRun_SyncsPerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Runtime.W1.SyncsPerOp != 0 || rep.Floor.W1.SyncsPerOp != 0 {
-		t.Errorf("sync off: %.3f and %.3f syncs per op, want none", rep.Runtime.W1.SyncsPerOp, rep.Floor.W1.SyncsPerOp)
+	if rep.Runtime.W1.SyncsPerOp != 0 || rep.ReadOnly.W1.SyncsPerOp != 0 || rep.Floor.W1.SyncsPerOp != 0 {
+		t.Errorf("sync off: %.3f, %.3f and %.3f syncs per op, want none", rep.Runtime.W1.SyncsPerOp, rep.ReadOnly.W1.SyncsPerOp, rep.Floor.W1.SyncsPerOp)
 	}
 }

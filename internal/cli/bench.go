@@ -226,7 +226,7 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 	for _, row := range []struct {
 		name string
 		p    bench.Phase
-	}{{"floor", r.Floor.W1}, {"floor", r.Floor.WN}, {"runtime", r.Runtime.W1}, {"runtime", r.Runtime.WN}} {
+	}{{"floor", r.Floor.W1}, {"floor", r.Floor.WN}, {"runtime", r.Runtime.W1}, {"runtime", r.Runtime.WN}, {"read-only", r.ReadOnly.W1}, {"read-only", r.ReadOnly.WN}} {
 		vs := "-"
 		if r.Floor.W1.OpsPerS > 0 {
 			vs = fmt.Sprintf("%.2fx", row.p.OpsPerS/r.Floor.W1.OpsPerS)
@@ -244,7 +244,7 @@ func printBench(w io.Writer, r *bench.Report, perPhase time.Duration) error {
 	if r.Backend == "postgres" {
 		floor = "2 pgx transactions"
 	}
-	if _, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = %s per op, runtime = 1 Execute per op\n",
+	if _, err := fmt.Fprintf(w, "records: claim %d bytes, final %d bytes; floor = %s per op, runtime = 1 Execute per op (read-only: of a tool that only reads, stored once, unclaimed)\n",
 		r.ClaimBytes, r.FinalBytes, floor); err != nil {
 		return err
 	}

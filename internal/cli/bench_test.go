@@ -36,6 +36,7 @@ func TestBench_JSON(t *testing.T) {
 		FsyncP50us *float64 `json:"fsync_p50_us"`
 		Floor      *pair    `json:"floor"`
 		Runtime    *pair    `json:"runtime"`
+		ReadOnly   *pair    `json:"read_only"`
 		Ratios     *struct {
 			RuntimeW1OverFloorW1 *float64 `json:"runtime_w1_over_floor_w1"`
 			RuntimeWNOverFloorW1 *float64 `json:"runtime_wN_over_floor_w1"`
@@ -47,7 +48,11 @@ func TestBench_JSON(t *testing.T) {
 	if rep.Callers != 2 || rep.Sync == nil || *rep.Sync || rep.FsyncP50us == nil || rep.Floor == nil || rep.Runtime == nil || rep.Ratios == nil {
 		t.Fatalf("incomplete report:\n%s", r.stdout)
 	}
-	for name, p := range map[string]*phase{"floor.w1": rep.Floor.W1, "floor.wN": rep.Floor.WN, "runtime.w1": rep.Runtime.W1, "runtime.wN": rep.Runtime.WN} {
+	if rep.ReadOnly == nil {
+		t.Fatalf("no read_only:\n%s", r.stdout)
+	}
+	for name, p := range map[string]*phase{"floor.w1": rep.Floor.W1, "floor.wN": rep.Floor.WN, "runtime.w1": rep.Runtime.W1, "runtime.wN": rep.Runtime.WN,
+		"read_only.w1": rep.ReadOnly.W1, "read_only.wN": rep.ReadOnly.WN} {
 		if p == nil || p.OpsPerS == nil || p.P50us == nil || p.P99us == nil {
 			t.Fatalf("%s incomplete:\n%s", name, r.stdout)
 		}
@@ -72,7 +77,7 @@ func TestBench_Table(t *testing.T) {
 		!strings.HasPrefix(lines[1], "PHASE") || !strings.Contains(lines[1], "VS FLOOR w1") || !strings.HasSuffix(lines[1], "SYNCS/OP") {
 		t.Fatalf("table:\n%s", r.stdout)
 	}
-	for i, want := range []string{"floor 1 ", "floor 3 ", "runtime 1 ", "runtime 3 "} {
+	for i, want := range []string{"floor 1 ", "floor 3 ", "runtime 1 ", "runtime 3 ", "read-only 1 ", "read-only 3 "} {
 		// With sync off nothing is synced: no count of syncs ("-").
 		if got := strings.Join(strings.Fields(lines[2+i]), " "); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "x -") {
 			t.Errorf("row %d %q, want %q... ending in a ratio and no syncs", i, lines[2+i], want)
@@ -92,7 +97,7 @@ func TestBench_CPUProfile(t *testing.T) {
 	if r.code != ExitCompleted {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
-	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN"} {
+	for _, name := range []string{"floor-w1", "floor-wN", "runtime-w1", "runtime-wN", "read-only-w1", "read-only-wN"} {
 		path := filepath.Join(dir, name+".pprof")
 		if !strings.Contains(r.stdout, "CPU profile: "+path+"\n") {
 			t.Errorf("the table does not name %s:\n%s", path, r.stdout)

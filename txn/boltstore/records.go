@@ -9,16 +9,27 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Put stores a final record under a free id, in one update.
-func (s *Store) Put(ctx context.Context, id string, data []byte, evs []driver.Event) error {
+// Put stores a final record under a free id, with the writes of a Tx
+// begun without a claim after checking its reads, in one update.
+func (s *Store) Put(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
 	key := []byte(id)
-	return s.write(ctx, func(tx *bolt.Tx) error { return recordAbsent(tx, key) },
-		func(tx *bolt.Tx) error {
-			if err := s.insertRecord(tx, key, data); err != nil {
-				return err
-			}
-			return s.audit(evs)
-		})
+	return s.write(ctx, func(tx *bolt.Tx) error {
+		if err := recordAbsent(tx, key); err != nil || reads == nil {
+			return err
+		}
+		if err := s.failpoint(driver.StepCheckReads); err != nil {
+			return err
+		}
+		return reads.Check(reader{tx})
+	}, func(tx *bolt.Tx) error {
+		if err := s.applyWrites(tx, writes); err != nil {
+			return err
+		}
+		if err := s.insertRecord(tx, key, data); err != nil {
+			return err
+		}
+		return s.audit(evs)
+	})
 }
 
 // Get returns the stored record of id, final or claim, or nil.

@@ -27,7 +27,8 @@
 //   - Claims. Begin stores the EXECUTING record under its id only if no
 //     record (final or claim) has that id; Commit and Rollback require the
 //     claim, replace it by the final record and drop it, so an execution
-//     ends at most once.
+//     ends at most once. Put stores a final record only under a free id,
+//     so an execution that was never claimed also ends at most once.
 //   - Optimistic concurrency. Commit runs its check (the Tx's read-set and
 //     scans, against the state as the write's transaction sees it) and its
 //     writes as one serialized step, so two read-modify-write transactions
@@ -119,8 +120,12 @@ type Finish func(claims []Claim) (final []Claim, events []Event, err error)
 
 // Records stores execution records and their claims.
 type Records interface {
-	// Put stores a final record; the id must be free (else ErrExists).
-	Put(ctx context.Context, id string, data []byte, events []Event) error
+	// Put stores the final record of an execution that holds no claim;
+	// the id must be free (else ErrExists). reads (nil: none) are checked
+	// and writes (nil: none) applied as Commit does, in the same write: a
+	// record that never entered a transaction (FAILED, DENIED) is stored
+	// so, and so ends a transaction begun without a claim.
+	Put(ctx context.Context, id string, reads ReadSet, writes Writes, data []byte, events []Event) error
 	// Get returns the stored bytes of a record, final or claim, or nil if
 	// there is none.
 	Get(ctx context.Context, id string) ([]byte, error)

@@ -12,9 +12,21 @@ import (
 
 // Writes: each a request of a group transaction (commit.go).
 
-// Put stores a final record under a free id.
-func (p *Store) Put(ctx context.Context, id string, data []byte, evs []driver.Event) error {
-	return p.write(ctx, func(t *pgTx) error { return nil }, func(t *pgTx) error {
+// Put stores a final record under a free id, with the writes of a Tx
+// begun without a claim after checking its reads.
+func (p *Store) Put(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
+	return p.write(ctx, func(t *pgTx) error {
+		if reads == nil {
+			return nil
+		}
+		if err := p.failpoint(driver.StepCheckReads); err != nil {
+			return err
+		}
+		return reads.Check(t)
+	}, func(t *pgTx) error {
+		if err := t.applyWrites(writes, p.failpoint); err != nil {
+			return err
+		}
 		return t.insert(id, false, data, nil)
 	}, evs)
 }
