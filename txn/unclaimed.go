@@ -22,7 +22,9 @@ import (
 // SetProcesses on such a Tx fails: a tool that starts processes needs a
 // claim.
 //
-// rec must be valid (ErrInvalidRecord) and the store open and healthy.
+// rec must be valid (ErrInvalidRecord), the store open and healthy, and, on
+// a database many nodes share, this node's lease held (ErrLeaseLost), as
+// for a claim.
 func (s *Store) BeginUnclaimed(ctx context.Context, rec *Record, events ...AuditEvent) (*Tx, error) {
 	buf, _, err := encodeRecordBuf(rec) // the checks a claim's record gets
 	putBuf(buf)
@@ -35,6 +37,12 @@ func (s *Store) BeginUnclaimed(ctx context.Context, rec *Record, events ...Audit
 	}
 	if err := s.ready(ctx); err != nil {
 		return nil, err
+	}
+	if l, ok := s.be.(driver.Leaser); ok {
+		// A node that could not claim starts nothing, claimed or not.
+		if err := l.LeaseErr(); err != nil {
+			return nil, err
+		}
 	}
 	return &Tx{store: s, id: rec.ExecutionID, writes: make(map[string]map[string]op), unclaimed: true, pending: evs}, nil
 }

@@ -199,6 +199,10 @@ type Leaser interface {
 	// only); NodeRun is "name/run".
 	Node() string
 	NodeRun() string
+	// LeaseErr says why this node may start no execution now (its lease
+	// lapsed: ErrLeaseLost, or it holds none), nil while it may: what a
+	// claim checks, for an execution that stores none until it ends.
+	LeaseErr() error
 	// NodeLive reports whether run (a NodeRun, or a bare node name) is
 	// another run than this one whose lease holds.
 	NodeLive(ctx context.Context, run string) (bool, error)

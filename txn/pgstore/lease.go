@@ -485,6 +485,15 @@ func (p *Store) OnSweep(fn func(context.Context)) {
 	}
 }
 
+// LeaseErr says why this node may start no execution now: it holds no
+// lease (ErrReadOnly), or its lease lapsed (ErrLeaseLost, as Begin says).
+func (p *Store) LeaseErr() error {
+	if p.readOnly || p.lease == nil {
+		return ErrReadOnly
+	}
+	return p.lease.check()
+}
+
 // Node returns the name of this node, under which its claims are stored,
 // or "" (read-only).
 func (p *Store) Node() string {

@@ -294,6 +294,11 @@ func TestPostgresNodesLeaseLost(t *testing.T) {
 		_, err := a.Begin(ctx, newRecord("lost2-"+strconv.FormatInt(time.Now().UnixNano(), 10), "tool", "EXECUTING"))
 		return err != nil && strings.Contains(err.Error(), "renewal failed")
 	})
+	// Nor, once its lease has lapsed, an execution that stores no claim.
+	waitFor(t, "a to refuse an unclaimed execution", func() bool {
+		_, err := a.BeginUnclaimed(ctx, newRecord("ro", "tool", "EXECUTING"))
+		return errors.Is(err, txn.ErrLeaseLost) && strings.Contains(err.Error(), "node a starts no execution")
+	})
 	pgExec(t, dbURL, `UPDATE toolgate_nodes SET instance = substr(instance, 2) WHERE node = 'a'`)
 	waitFor(t, "a to claim again", func() bool {
 		_, err := a.Begin(ctx, newRecord("again-"+strconv.FormatInt(time.Now().UnixNano(), 10), "tool", "EXECUTING"))
