@@ -15,7 +15,18 @@ import (
 // Put stores a final record under a free id, with the writes of a Tx
 // begun without a claim after checking its reads.
 func (p *Store) Put(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
-	return p.write(ctx, func(t *pgTx) error {
+	return p.write(ctx, p.checkReads(reads), func(t *pgTx) error {
+		if err := t.applyWrites(writes, p.failpoint); err != nil {
+			return err
+		}
+		return t.insert(id, false, data, nil)
+	}, evs)
+}
+
+// checkReads is the check of a write that ends a Tx: that what it read
+// (nil: nothing) has not changed.
+func (p *Store) checkReads(reads driver.ReadSet) func(*pgTx) error {
+	return func(t *pgTx) error {
 		if reads == nil {
 			return nil
 		}
@@ -23,12 +34,7 @@ func (p *Store) Put(ctx context.Context, id string, reads driver.ReadSet, writes
 			return err
 		}
 		return reads.Check(t)
-	}, func(t *pgTx) error {
-		if err := t.applyWrites(writes, p.failpoint); err != nil {
-			return err
-		}
-		return t.insert(id, false, data, nil)
-	}, evs)
+	}
 }
 
 // Begin claims id for this node, under its lease, after guard.
@@ -69,12 +75,7 @@ func (p *Store) Begin(ctx context.Context, id string, data []byte, guard driver.
 // Commit checks the Tx's reads, applies its writes and replaces the claim
 // by the final record.
 func (p *Store) Commit(ctx context.Context, id string, reads driver.ReadSet, writes driver.Writes, data []byte, evs []driver.Event) error {
-	err := p.write(ctx, func(t *pgTx) error {
-		if err := p.failpoint(driver.StepCheckReads); err != nil {
-			return err
-		}
-		return reads.Check(t)
-	}, func(t *pgTx) error {
+	err := p.write(ctx, p.checkReads(reads), func(t *pgTx) error {
 		if err := t.applyWrites(writes, p.failpoint); err != nil {
 			return err
 		}
