@@ -157,9 +157,28 @@ func (s *Store) del(tx *bolt.Tx, id byte, ns, key []byte) error {
 	return b.Delete(key)
 }
 
+// journalChunk is the least size of a new buffer of the journal (a
+// variable for the crash test, which makes it tiny).
+var journalChunk = 1 << 20
+
+// reserve makes room for n more bytes of the group's entry. bbolt points
+// into the bytes of earlier changes until the checkpoint, so a full buffer
+// is never grown by copying it whole (up to the log's 8 MiB, again and
+// again): it is left as it is, and the group's entry so far moves to a new
+// buffer.
+func (j *journal) reserve(n int) {
+	if cap(j.buf)-len(j.buf) >= n {
+		return
+	}
+	group := j.buf[j.start:]
+	j.buf = append(make([]byte, 0, max(journalChunk, 2*(len(group)+n))), group...)
+	j.start = 0
+}
+
 // log encodes a change into the group's entry and returns its key and
 // value as stored there.
 func (j *journal) log(kind, id byte, ns, key, value []byte) (k, v []byte) {
+	j.reserve(2 + 3*binary.MaxVarintLen64 + len(ns) + len(key) + len(value))
 	j.buf = append(j.buf, kind, id)
 	if id == walState {
 		j.buf, _ = appendBytes(j.buf, ns)
