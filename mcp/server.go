@@ -251,8 +251,10 @@ func (s *Server) add(e *tools.Entry, name string) {
 
 // annotations derives the MCP hints from a declaration.
 func annotations(d tools.Declaration) *sdk.ToolAnnotations {
-	readOnly, openWorld := d.ReadOnly(), false // as the runtime decides whether a call needs a claim
-	for _, c := range d.MayRequire() { // an input capability counts: some calls require it
+	// readOnly as the runtime decides whether a call needs a claim; an
+	// input capability counts: some calls require it.
+	readOnly, openWorld := d.ReadOnly(), false
+	for _, c := range d.MayRequire() {
 		switch c.Name {
 		case "filesystem.read", "state.read", "filesystem.write", "state.write":
 		default: // process.exec, or anything reaching beyond files and state
