@@ -448,7 +448,8 @@ func TestDoctor_EmptyPostgresIsFine(t *testing.T) {
 	}
 }
 
-// describe says whether a tool runs only as an approved intent; tools says
+// describe says whether a tool runs only as an approved intent and whether
+// its calls are claimed before they run (read-only); tools says
 // what each version of a tool changed, so two versions never read alike.
 func TestTools_DescribeApprovalAndVersions(t *testing.T) {
 	workdir(t)
@@ -457,7 +458,11 @@ func TestTools_DescribeApprovalAndVersions(t *testing.T) {
 	if r.code != ExitCompleted || !strings.Contains(r.stdout, "Requires approval:     yes: it runs only as an approved intent") {
 		t.Errorf("describe test.hello: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := toolgate(t, "", "describe", "file.read"); !strings.Contains(r.stdout, "Requires approval:     no") {
+	if r := toolgate(t, "", "describe", "file.write"); !strings.Contains(r.stdout, "Read-only:             no: each call is recorded on disk before the tool runs") {
+		t.Errorf("describe file.write does not say its calls are claimed:\n%s", r.stdout)
+	}
+	if r := toolgate(t, "", "describe", "file.read"); !strings.Contains(r.stdout, "Requires approval:     no") ||
+		!strings.Contains(r.stdout, "Read-only:             yes: it only reads; a call without an idempotency key or intent is recorded once, when it ends") {
 		t.Errorf("describe file.read:\n%s", r.stdout)
 	}
 	r = toolgate(t, "", "tools")

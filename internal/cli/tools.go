@@ -94,6 +94,11 @@ func newDescribeCmd(g *globals, stdio Stdio) *cobra.Command {
 				fmt.Fprintf(w, ", at most %d at once", l.MaxConcurrent)
 			}
 			fmt.Fprintf(w, "\nDeterministic:         %v\nIdempotent:            %v\n", d.Deterministic, d.Idempotent)
+			if d.ReadOnly() {
+				fmt.Fprintln(w, "Read-only:             yes: it only reads; a call without an idempotency key or intent is recorded once, when it ends (a crash mid-call leaves no trace)")
+			} else {
+				fmt.Fprintln(w, "Read-only:             no: each call is recorded on disk before the tool runs")
+			}
 			if d.RequiresApproval {
 				fmt.Fprintln(w, "Requires approval:     yes: it runs only as an approved intent (toolgate intent propose, then intent approve)")
 			} else {
