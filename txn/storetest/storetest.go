@@ -70,6 +70,7 @@ func Run(t *testing.T, b *Backend) {
 		{"AuditChain", testAuditChain},
 		{"Recover", testRecover},
 		{"Closed", testClosed},
+		{"AuditSearch", testAuditSearch},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}

@@ -1,4 +1,4 @@
-package txn_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/boltstore"
 )
 
 const damagedRecords = 2000
@@ -152,7 +153,7 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 	}
 	s.Close()
 	dropStoredFreelist(t, path)
-	if synced, ok := txn.FreelistSynced(path); !ok || synced {
+	if synced, ok := boltstore.FreelistSynced(path); !ok || synced {
 		t.Fatalf("before: synced %v ok %v, want a file without freelist", synced, ok)
 	}
 	s = openStoreAt(t, path)
@@ -160,7 +161,7 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 		t.Fatalf("Get = %+v, %v", rec, err)
 	}
 	s.Close()
-	if synced, ok := txn.FreelistSynced(path); !ok || !synced {
+	if synced, ok := boltstore.FreelistSynced(path); !ok || !synced {
 		t.Fatalf("after: synced %v ok %v, want the freelist stored", synced, ok)
 	}
 }

@@ -1,4 +1,4 @@
-package txn_test
+package boltstore_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/boltstore"
 )
 
 // TestFreelistSynced_Metas: whether a file stores its freelist is read from
@@ -62,12 +62,12 @@ func TestFreelistSynced_Metas(t *testing.T) {
 			if err := os.WriteFile(p, tc.edit(append([]byte(nil), orig...)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if synced, ok := txn.FreelistSynced(p); synced != tc.synced || ok != tc.ok {
+			if synced, ok := boltstore.FreelistSynced(p); synced != tc.synced || ok != tc.ok {
 				t.Errorf("FreelistSynced = %v, %v; want %v, %v", synced, ok, tc.synced, tc.ok)
 			}
 		})
 	}
-	if synced, ok := txn.FreelistSynced(filepath.Join(t.TempDir(), "missing.db")); synced || ok {
+	if synced, ok := boltstore.FreelistSynced(filepath.Join(t.TempDir(), "missing.db")); synced || ok {
 		t.Errorf("a missing file: %v, %v", synced, ok)
 	}
 }
