@@ -232,3 +232,63 @@ func TestStore_RefusesWhenBackendPoisoned(t *testing.T) {
 		t.Errorf("Err = %v", s.Err())
 	}
 }
+
+// WalkRecords passes the records (final ones and claims) after the id
+// after, in id order, until fn returns false; a record whose bytes do not
+// decode is passed as an error wrapping ErrCorrupt, under its key, and the
+// walk goes on.
+func TestStore_WalkRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.db")
+	s := openStoreAt(t, path)
+	ctx := context.Background()
+	for _, id := range []string{"a", "c", "e"} {
+		if err := s.Put(ctx, newRecord(id, "t", "FAILED")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"b", "d"} {
+		if _, err := s.Begin(ctx, newRecord(id, "t", "EXECUTING")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("executions")).Put([]byte("c"), []byte("garbage")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = openStoreAt(t, path)
+	walk := func(after string, stopAt string) string {
+		t.Helper()
+		var got []string
+		if err := s.WalkRecords(ctx, after, func(key string, rec *txn.Record, err error) bool {
+			switch {
+			case err != nil && errors.Is(err, txn.ErrCorrupt) && rec == nil:
+				got = append(got, key+"!")
+			case err == nil && rec.ExecutionID == key:
+				got = append(got, key+":"+rec.State)
+			default:
+				t.Errorf("%s: %+v, %v", key, rec, err)
+			}
+			return key != stopAt
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(got, ",")
+	}
+	for _, tc := range []struct{ after, stop, want string }{
+		{"", "", "a:FAILED,b:EXECUTING,c!,d:EXECUTING,e:FAILED"},
+		{"b", "", "c!,d:EXECUTING,e:FAILED"},
+		{"bb", "", "c!,d:EXECUTING,e:FAILED"},
+		{"", "c", "a:FAILED,b:EXECUTING,c!"},
+		{"e", "", ""},
+	} {
+		if got := walk(tc.after, tc.stop); got != tc.want {
+			t.Errorf("WalkRecords after %q, stopping at %q = %s; want %s", tc.after, tc.stop, got, tc.want)
+		}
+	}
+}

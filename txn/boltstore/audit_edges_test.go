@@ -154,3 +154,114 @@ func TestStore_SetClaimFails(t *testing.T) {
 		t.Fatalf("the claim after a failed SetClaim: %q, %v; want it unchanged", after, err)
 	}
 }
+
+// groupsOf opens a fresh file and writes groups of three events each, the
+// events of group i made at times[i]; it returns the backend.
+func groupsOf(t *testing.T, times []int64) *boltstore.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "g.db")
+	be, err := boltstore.Open(path, &boltstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := txn.NewStore(be, path)
+	t.Cleanup(func() { _ = s.Close() })
+	for i, ts := range times {
+		var evs []txn.AuditEvent
+		for j := range 3 {
+			evs = append(evs, txn.AuditEvent{Data: fmt.Appendf(nil, `{"timestamp":%d,"g":%d,"j":%d}`, ts, i, j)})
+		}
+		if err := s.Put(context.Background(), newRecord(fmt.Sprintf("rec-%05d", i), "t", "FAILED"), evs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return be
+}
+
+// AuditGroups starts at the group that holds from (groups of three
+// entries: 1-3, 4-6, ...), from 0 at the first, and goes on to the last.
+func TestAudit_GroupsFromTheOneHoldingFrom(t *testing.T) {
+	const groups = 9
+	times := make([]int64, groups)
+	be := groupsOf(t, times)
+	for from := uint64(0); from <= 3*groups; from++ {
+		var seqs []uint64
+		if err := be.AuditGroups(context.Background(), from, func(seq uint64, _ []byte) (bool, error) {
+			seqs = append(seqs, seq)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		first := max(1, (from-1)/3*3+1)
+		if from == 0 {
+			first = 1
+		}
+		if len(seqs) == 0 || seqs[0] != first || seqs[len(seqs)-1] != 3*groups-2 || len(seqs) != int((3*groups-2-first)/3+1) {
+			t.Fatalf("AuditGroups from %d: groups %v; want those from %d to %d", from, seqs, first, 3*groups-2)
+		}
+	}
+}
+
+// Groups made at the same time are all found by a window at that time,
+// however many they are and wherever the binary search lands among them.
+func TestAudit_SearchGroupsOfOneTime(t *testing.T) {
+	var times []int64
+	for ts := int64(1000); ts < 1010; ts++ {
+		for range 1 + ts%4 {
+			times = append(times, ts)
+		}
+	}
+	be := groupsOf(t, times)
+	for ts := int64(999); ts <= 1010; ts++ {
+		want := 0
+		for _, t := range times {
+			if t == ts {
+				want++
+			}
+		}
+		var got int
+		if err := be.AuditSearch(context.Background(), []byte(`"g":`), ts, ts, func(uint64, []byte) (bool, error) {
+			got++
+			return true, nil
+		}); err != nil || got != want {
+			t.Errorf("window at %d: %d groups, %v; want %d", ts, got, err, want)
+		}
+	}
+}
+
+// A search reads the log from the first group of its window on (found by
+// a binary search), not from the start: a search for the last group of a
+// log of more than 1024 groups visits too few of them to check its
+// context, which the window of GetWithAudit here cancels, and so
+// completes. (Its cost is O(log n) plus the window's groups: the context
+// is checked every 1024 groups visited.)
+func TestAudit_SearchSkipsTheLogBeforeTheWindow(t *testing.T) {
+	const groups = 1100
+	be, _ := logOf(t, groups)
+	last := int64(1000 + groups - 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seqs []uint64
+	_, err := be.GetWithAudit(ctx, "rec-00000", func([]byte) ([]byte, int64, int64, error) {
+		cancel()
+		return []byte(`"n":`), last, last, nil
+	}, func(seq uint64, _ []byte) (bool, error) {
+		seqs = append(seqs, seq)
+		return true, nil
+	})
+	if err != nil || len(seqs) != 1 || seqs[0] != groups {
+		t.Fatalf("a search for the last group = %v, %v; want [%d] without reading the log before it", seqs, err, groups)
+	}
+	// A window over the whole log visits every group, and so notices the
+	// context cancelled by its window.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	_, err = be.GetWithAudit(ctx, "rec-00000", func([]byte) ([]byte, int64, int64, error) {
+		cancel()
+		return []byte(`"n":`), 1000, last, nil
+	}, func(uint64, []byte) (bool, error) { n++; return true, nil })
+	if !errors.Is(err, context.Canceled) || n != 1023 {
+		t.Fatalf("a search of the whole log, its context cancelled = %v after %d groups; want context.Canceled after 1023", err, n)
+	}
+}

@@ -71,6 +71,7 @@ func Run(t *testing.T, b *Backend) {
 		{"Recover", testRecover},
 		{"Closed", testClosed},
 		{"AuditSearch", testAuditSearch},
+		{"WalkAndPages", testWalkAndPages},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
