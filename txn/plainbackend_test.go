@@ -292,3 +292,32 @@ func TestStore_WalkRecords(t *testing.T) {
 		}
 	}
 }
+
+// On a shared Postgres database, NodeLive says whether another node's run
+// holds its lease: never for no run, nor for this store's own run or node.
+func TestStore_NodeLivePostgres(t *testing.T) {
+	url := freshPostgres(t)
+	ctx := context.Background()
+	a, err := txn.Open(url, &txn.Options{NoSync: true, Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := txn.Open(url, &txn.Options{NoSync: true, Node: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, tc := range []struct {
+		run  string
+		live bool
+	}{{"", false}, {a.NodeRun(), false}, {"a", false}, {b.NodeRun(), true}, {"b", true}} {
+		if live, err := a.NodeLive(ctx, tc.run); err != nil || live != tc.live {
+			t.Errorf("NodeLive(%q) = %v, %v; want %v", tc.run, live, err, tc.live)
+		}
+	}
+	a.Close()
+	if _, err := a.NodeLive(ctx, b.NodeRun()); !errors.Is(err, txn.ErrClosed) {
+		t.Errorf("NodeLive after Close = %v; want ErrClosed", err)
+	}
+}

@@ -554,3 +554,63 @@ func TestOpen_LogNumberingAfterCheckpoints(t *testing.T) {
 	restore()
 	check(after, 100)
 }
+
+// A log entry whose changes are malformed (a length that runs past the
+// entry, a length cut short, a header cut short, an unknown kind) fails
+// the writer's Open with ErrCorrupt, and applies none of it to the file.
+func TestOpen_MalformedLogEntry(t *testing.T) {
+	for name, payload := range map[string][]byte{
+		"field past the entry": {1, 0, 3, 'a'},            // a put in meta, its key 3 bytes long, 1 left
+		"field length cut":     {1, 0, 0x80},              // the key's length, a varint cut short
+		"value length cut":     {1, 0, 1, 'k', 0x80},      // the value's length cut short
+		"header cut":           {1, 0, 1, 'k', 1, 'v', 1}, // a second change of one byte
+		"unknown kind":         {9, 0, 1, 'k'},
+		"namespace length cut": {1, 4, 0x80},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.db")
+			s := openStoreAt(t, path)
+			if err := s.Put(context.Background(), newRecord("a", "t", "FAILED")); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			var applied uint64
+			db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.View(func(tx *bolt.Tx) error {
+				applied = binary.BigEndian.Uint64(tx.Bucket([]byte("meta")).Get([]byte("wal")))
+				return nil
+			})
+			db.Close()
+			l, _, err := wal.Open(boltstore.WALPath(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Renumber(applied + 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(payload); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			if st, err := boltstore.Open(path, &boltstore.Options{NoSync: true}); !errors.Is(err, driver.ErrCorrupt) {
+				if err == nil {
+					st.Close()
+				}
+				t.Fatalf("Open with a malformed log entry = %v; want ErrCorrupt", err)
+			}
+			if err := os.Remove(boltstore.WALPath(path)); err != nil {
+				t.Fatal(err)
+			}
+			s = openStoreAt(t, path)
+			if _, err := s.Get(context.Background(), "a"); err != nil {
+				t.Errorf("the file's record after the refused open: %v", err)
+			}
+		})
+	}
+}
