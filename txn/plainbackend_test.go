@@ -236,7 +236,7 @@ func TestStore_RefusesWhenBackendPoisoned(t *testing.T) {
 // WalkRecords passes the records (final ones and claims) after the id
 // after, in id order, until fn returns false; a record whose bytes do not
 // decode is passed as an error wrapping ErrCorrupt, under its key, and the
-// walk goes on.
+// walk goes on. List fails on it.
 func TestStore_WalkRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "w.db")
 	s := openStoreAt(t, path)
@@ -262,6 +262,15 @@ func TestStore_WalkRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = openStoreAt(t, path)
+	// List, unlike WalkRecords, fails on a record that does not decode.
+	for _, newest := range []bool{false, true} {
+		if recs, err := s.List(ctx, txn.Filter{Newest: newest}); !errors.Is(err, txn.ErrCorrupt) || recs != nil {
+			t.Errorf("List (newest first %v) over a damaged record = %d records, %v; want ErrCorrupt", newest, len(recs), err)
+		}
+	}
+	if recs, err := s.List(ctx, txn.Filter{Limit: 2}); err != nil || len(recs) != 2 {
+		t.Errorf("List of the two records before the damaged one = %d records, %v", len(recs), err)
+	}
 	walk := func(after string, stopAt string) string {
 		t.Helper()
 		var got []string
