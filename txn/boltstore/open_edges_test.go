@@ -50,6 +50,24 @@ func TestOpen_ReadOnlyAppliesHotLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := s.UpdateState(ctx, func(v *txn.StateView) error {
+		for _, k := range []string{"x", "y", "z"} {
+			if err := v.Put("ns", k, []byte("v"+k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateState(ctx, func(v *txn.StateView) error {
+		if err := v.Delete("ns", "y"); err != nil {
+			return err
+		}
+		return v.Delete("gone", "k") // a namespace that does not exist
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// The writer still runs: its file is its last checkpoint's (Open's,
 	// before any write) and its writes are in its log.
 	crashed := filepath.Join(dir, "crashed.db")
@@ -68,6 +86,9 @@ func TestOpen_ReadOnlyAppliesHotLog(t *testing.T) {
 		if _, err := ro.Get(ctx, fmt.Sprintf("rec-%d", i)); err != nil {
 			t.Errorf("rec-%d after the log was applied: %v", i, err)
 		}
+	}
+	if got, err := ro.StateValues(ctx, "ns"); err != nil || len(got) != 2 || string(got["z"]) != "vz" || got["y"] != nil {
+		t.Errorf("the state after the log was applied: %q, %v; want x and z (y deleted)", got, err)
 	}
 	if _, err := os.Stat(boltstore.WALPath(crashed)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the applied log is still there: %v", err)
