@@ -222,7 +222,11 @@ type Describer interface {
 type AuditSearcher interface {
 	// AuditSearch calls fn with the groups holding needle that can hold
 	// an event made between from and to (Unix ms, inclusive; to < from:
-	// the instant from), in log order, until fn returns false.
+	// the instant from), in log order, until fn returns false. A group
+	// with an event whose timestamp is not an integer (Timestamps) can
+	// hold an event of any time: a search that reaches it returns it if
+	// it holds needle, and goes on past it; a search may end, before
+	// reaching it, at a group made after to (storetest.CheckAuditSearch).
 	AuditSearch(ctx context.Context, needle []byte, from, to int64, fn func(seq uint64, group []byte) (bool, error)) error
 	// GetWithAudit reads the record of id (ErrNotFound without one) and,
 	// in the same snapshot, searches as AuditSearch with what window

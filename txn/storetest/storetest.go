@@ -71,6 +71,8 @@ func Run(t *testing.T, b *Backend) {
 		{"Recover", testRecover},
 		{"Closed", testClosed},
 		{"Unclaimed", testUnclaimed},
+		{"AuditSearch", testAuditSearch},
+		{"WalkAndPages", testWalkAndPages},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}

@@ -1,4 +1,4 @@
-package txn_test
+package boltstore_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/toolgate/toolgate/txn"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/toolgate/toolgate/txn/boltstore"
 )
 
 // TestFreelistSynced_Metas: whether a file stores its freelist is read from
@@ -62,12 +64,60 @@ func TestFreelistSynced_Metas(t *testing.T) {
 			if err := os.WriteFile(p, tc.edit(append([]byte(nil), orig...)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if synced, ok := txn.FreelistSynced(p); synced != tc.synced || ok != tc.ok {
+			if synced, ok := boltstore.FreelistSynced(p); synced != tc.synced || ok != tc.ok {
 				t.Errorf("FreelistSynced = %v, %v; want %v, %v", synced, ok, tc.synced, tc.ok)
 			}
 		})
 	}
-	if synced, ok := txn.FreelistSynced(filepath.Join(t.TempDir(), "missing.db")); synced || ok {
+	if synced, ok := boltstore.FreelistSynced(filepath.Join(t.TempDir(), "missing.db")); synced || ok {
 		t.Errorf("a missing file: %v, %v", synced, ok)
+	}
+}
+
+// TestFreelistSynced_PageSize: the second meta page is found at the page
+// size the first one records, whatever it is (bbolt's largest, 64 KiB,
+// included), not at the default 4 KiB: with the newer meta on the second
+// page saying the freelist is not stored and the older one on the first
+// saying it is, the answer is the newer's.
+func TestFreelistSynced_PageSize(t *testing.T) {
+	for _, pageSize := range []int{16 << 10, 64 << 10} {
+		path := filepath.Join(t.TempDir(), "p.db")
+		update := func(noFreelistSync bool) {
+			t.Helper()
+			db, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: pageSize, NoFreelistSync: noFreelistSync})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("b"))
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte("k"), []byte("v"))
+			})
+			db.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		txid := func(page int) uint64 {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return binary.LittleEndian.Uint64(b[page*pageSize+16+48:])
+		}
+		update(false)
+		update(true)
+		if txid(1) < txid(0) {
+			update(false)
+			update(true)
+		}
+		if txid(1) < txid(0) {
+			t.Fatalf("page size %d: the newer meta is still the first (txids %d, %d)", pageSize, txid(0), txid(1))
+		}
+		if synced, ok := boltstore.FreelistSynced(path); synced || !ok {
+			t.Errorf("page size %d: FreelistSynced = %v, %v; want false, true (the newer meta, on the second page)", pageSize, synced, ok)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package txn_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/txn"
+	"github.com/toolgate/toolgate/txn/boltstore"
 )
 
 const damagedRecords = 2000
@@ -152,7 +153,7 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 	}
 	s.Close()
 	dropStoredFreelist(t, path)
-	if synced, ok := txn.FreelistSynced(path); !ok || synced {
+	if synced, ok := boltstore.FreelistSynced(path); !ok || synced {
 		t.Fatalf("before: synced %v ok %v, want a file without freelist", synced, ok)
 	}
 	s = openStoreAt(t, path)
@@ -160,7 +161,7 @@ func TestStore_UnsyncedFreelistUpgraded(t *testing.T) {
 		t.Fatalf("Get = %+v, %v", rec, err)
 	}
 	s.Close()
-	if synced, ok := txn.FreelistSynced(path); !ok || !synced {
+	if synced, ok := boltstore.FreelistSynced(path); !ok || !synced {
 		t.Fatalf("after: synced %v ok %v, want the freelist stored", synced, ok)
 	}
 }
@@ -184,6 +185,28 @@ func dropStoredFreelist(t *testing.T, path string) {
 // with ErrCorrupt, as a damaged head does, and poisons nothing: the writes
 // without events, and reads, go on.
 func TestStore_DamagedAuditPage(t *testing.T) {
+	path := damagedAuditStore(t)
+	ctx := context.Background()
+	ev := txn.AuditEvent{Data: []byte(`{"x":"` + strings.Repeat("a", 200) + `"}`)}
+	s := openStoreAt(t, path)
+	if err := s.Put(ctx, newRecord("new-1", "t", "FAILED"), ev); !errors.Is(err, txn.ErrCorrupt) || errors.Is(err, txn.ErrPoisoned) {
+		t.Fatalf("Put with an audit event = %v, want ErrCorrupt", err)
+	}
+	if err := s.PutState(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Errorf("PutState without audit events = %v", err)
+	}
+	if _, err := s.Get(ctx, "rec-00001"); err != nil {
+		t.Errorf("Get = %v", err)
+	}
+	if s.Err() != nil {
+		t.Errorf("the store was poisoned: %v", s.Err())
+	}
+}
+
+// damagedAuditStore writes a file whose audit log spans pages, and damages
+// the root page of the log.
+func damagedAuditStore(t *testing.T) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "a.db")
 	s := openStoreAt(t, path)
 	ctx := context.Background()
@@ -214,20 +237,7 @@ func TestStore_DamagedAuditPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	s = openStoreAt(t, path)
-	if err := s.Put(ctx, newRecord("new-1", "t", "FAILED"), ev); !errors.Is(err, txn.ErrCorrupt) || errors.Is(err, txn.ErrPoisoned) {
-		t.Fatalf("Put with an audit event = %v, want ErrCorrupt", err)
-	}
-	if err := s.PutState(ctx, "ns", "k", []byte("v")); err != nil {
-		t.Errorf("PutState without audit events = %v", err)
-	}
-	if _, err := s.Get(ctx, "rec-00001"); err != nil {
-		t.Errorf("Get = %v", err)
-	}
-	if s.Err() != nil {
-		t.Errorf("the store was poisoned: %v", s.Err())
-	}
+	return path
 }
 
 // A file without a stored freelist whose damage bbolt's check finds but no
