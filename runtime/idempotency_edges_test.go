@@ -1,0 +1,90 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/txn"
+)
+
+// An idempotency key is at most MaxIdempotencyKey bytes of printable
+// characters: a longer key, or one with a control character or U+FFFD (an
+// invalid UTF-8 byte), is refused as idempotency_invalid before anything
+// runs or is recorded; a key of exactly MaxIdempotencyKey bytes is used.
+// The refusal of a long key quotes its first 32 bytes only.
+func TestIdempotency_KeyBounds(t *testing.T) {
+	var runs atomic.Int32
+	rt, _ := openRuntime(t, nil, countingTool("test.count", &runs))
+	ctx := context.Background()
+
+	longest := strings.Repeat("k", tgruntime.MaxIdempotencyKey)
+	res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, longest))
+	if err != nil || res.IdempotencyKey != longest || runs.Load() != 1 {
+		t.Fatalf("a key of MaxIdempotencyKey bytes: %v, %v (runs %d)", res, err, runs.Load())
+	}
+
+	for _, tc := range []struct {
+		name, key, shown, reason string
+	}{
+		{"one byte too long", longest + "k", strings.Repeat("k", 32) + "...", "longer than 255 bytes"},
+		{"control character", "key\x01", "key\x01", "contains unprintable characters"},
+		{"tab", "a\tb", "a\tb", "contains unprintable characters"},
+		{"invalid UTF-8", "key\xff", "key\xff", "contains unprintable characters"},
+		{"replacement character", "key\uFFFD", "key\uFFFD", "contains unprintable characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := runs.Load()
+			recs, _ := rt.Executions(ctx, txn.Filter{})
+			res, err := rt.Execute(ctx, keyed("test.count", `{"msg":"b"}`, tc.key))
+			var ie *tgruntime.IdempotencyError
+			if res != nil || !errors.As(err, &ie) || ie.Code != "idempotency_invalid" || !errors.Is(err, tgruntime.ErrIdempotency) {
+				t.Fatalf("got %v, %v; want an idempotency_invalid IdempotencyError", res, err)
+			}
+			if ie.Key != tc.shown || ie.Reason != tc.reason {
+				t.Fatalf("key %q, reason %q; want %q, %q", ie.Key, ie.Reason, tc.shown, tc.reason)
+			}
+			after, _ := rt.Executions(ctx, txn.Filter{})
+			if runs.Load() != before || len(after) != len(recs) {
+				t.Fatalf("a refused key ran the tool (%d runs) or recorded an attempt (%d records, %d before)", runs.Load()-before, len(after), len(recs))
+			}
+		})
+	}
+}
+
+// A replayed failure matches exactly its own RFC-0001 class (errors.Is),
+// never another, and never ErrIdempotency; its message is the stored one
+// after "runtime: replayed: ".
+func TestReplayedError_MatchesItsClassOnly(t *testing.T) {
+	classes := map[string]error{
+		"ValidationError":    tgruntime.ErrValidation,
+		"AuthorizationError": tgruntime.ErrAuthorization,
+		"ResourceError":      tgruntime.ErrResource,
+		"ExecutionError":     tgruntime.ErrExecution,
+		"TimeoutError":       tgruntime.ErrTimeout,
+		"StateError":         tgruntime.ErrState,
+	}
+	for typ, want := range classes {
+		e := &tgruntime.ReplayedError{Info: tgruntime.ErrorInfo{Type: typ, Message: "runtime: it went wrong"}}
+		for other, class := range classes {
+			if got := errors.Is(e, class); got != (other == typ) {
+				t.Errorf("a replayed %s: errors.Is(err, %v) = %v", typ, class, got)
+			}
+		}
+		if !errors.Is(e, want) || errors.Is(e, tgruntime.ErrIdempotency) {
+			t.Errorf("a replayed %s matches ErrIdempotency or not its class", typ)
+		}
+		if e.Error() != "runtime: replayed: it went wrong" {
+			t.Errorf("message %q", e.Error())
+		}
+	}
+	unknown := &tgruntime.ReplayedError{Info: tgruntime.ErrorInfo{Type: "SomethingElse"}}
+	for _, class := range classes {
+		if errors.Is(unknown, class) {
+			t.Errorf("a replayed failure of an unknown type matches %v", class)
+		}
+	}
+}
