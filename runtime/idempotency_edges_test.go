@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	tgruntime "github.com/toolgate/toolgate/runtime"
+	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
 )
 
@@ -86,5 +87,79 @@ func TestReplayedError_MatchesItsClassOnly(t *testing.T) {
 		if errors.Is(unknown, class) {
 			t.Errorf("a replayed failure of an unknown type matches %v", class)
 		}
+	}
+}
+
+// An input of exactly MaxInputBytes bytes is keyed like any other: the
+// second call with its key is replayed. One byte more, and rule 1 refuses
+// the call (recorded) without the key claiming anything: the same call
+// again is refused again, never replayed nor held.
+func TestIdempotency_InputAtTheSizeLimit(t *testing.T) {
+	var runs atomic.Int32
+	const input = `{"msg":"exactly"}`
+	rt, _ := openRuntime(t, &tgruntime.Options{MaxInputBytes: len(input)}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	first, err := rt.Execute(ctx, keyed("test.count", input, "k"))
+	if err != nil || first.Replayed {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	again, err := rt.Execute(ctx, keyed("test.count", input, "k"))
+	if err != nil || !again.Replayed || again.ExecutionID != first.ExecutionID || runs.Load() != 1 {
+		t.Fatalf("an input of MaxInputBytes with its key again: %+v, %v (runs %d); want the first call replayed", again, err, runs.Load())
+	}
+	const over = `{"msg":"exactly!"}`
+	for i := range 2 {
+		res, err := rt.Execute(ctx, keyed("test.count", over, "k2"))
+		if !errors.Is(err, tgruntime.ErrValidation) || res == nil || res.Replayed || res.State != "FAILED" {
+			t.Fatalf("call %d with an input over MaxInputBytes: %+v, %v; want rule 1's refusal, not replayed", i+1, res, err)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("the tool ran %d times", runs.Load())
+	}
+}
+
+// A bypass (Invocation.BypassIdempotency) made while the key's first call
+// still runs takes the key over: when the first call ends it leaves the
+// key to the bypass, whose result later calls with the key replay.
+func TestIdempotency_BypassWhileRunningOwnsTheKey(t *testing.T) {
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	slow := tool(decl("test.slow", func(d *tools.Declaration) { d.RequiredCapabilities = nil }), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		runs.Add(1)
+		if in.Msg == "first" {
+			close(started)
+			<-release
+		}
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, slow)
+	ctx := context.Background()
+	done := make(chan *tgruntime.Result, 1)
+	go func() {
+		res, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"first"}`, "k"))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-started
+	bypass := keyed("test.slow", `{"msg":"second"}`, "k")
+	bypass.BypassIdempotency = true
+	second, err := rt.Execute(ctx, bypass)
+	if err != nil || second.Replayed {
+		t.Fatalf("bypass: %+v, %v", second, err)
+	}
+	close(release)
+	first := <-done
+	if first == nil || first.State != "COMPLETED" {
+		t.Fatalf("the first call: %+v", first)
+	}
+	res, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"second"}`, "k"))
+	if err != nil || !res.Replayed || res.ExecutionID != second.ExecutionID || runs.Load() != 2 {
+		t.Fatalf("after both: %+v, %v (runs %d); want the bypass's result replayed", res, err, runs.Load())
+	}
+	if _, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"first"}`, "k")); idemCode(err) != "idempotency_conflict" {
+		t.Fatalf("the first call's request with the key: %v; want idempotency_conflict (the key is the bypass's)", err)
 	}
 }
