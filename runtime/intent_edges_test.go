@@ -201,3 +201,24 @@ func TestIntents_Order(t *testing.T) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 }
+
+// An intent refusal matches ErrIntent and ErrAuthorization (the invocation
+// is not authorized to run) and no other class.
+func TestIntentError_Classes(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	ctx := context.Background()
+	in, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = execIntent(rt, in.ID, in.Hash)
+	if intentCode(err) != "intent_pending" || !errors.Is(err, tgruntime.ErrIntent) || !errors.Is(err, tgruntime.ErrAuthorization) {
+		t.Fatalf("a pending intent: %v; want an IntentError matching ErrIntent and ErrAuthorization", err)
+	}
+	for _, other := range []error{tgruntime.ErrValidation, tgruntime.ErrResource, tgruntime.ErrExecution, tgruntime.ErrTimeout,
+		tgruntime.ErrState, tgruntime.ErrIdempotency, tgruntime.ErrClosed} {
+		if errors.Is(err, other) {
+			t.Errorf("an intent refusal matches %v", other)
+		}
+	}
+}
