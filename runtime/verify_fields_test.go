@@ -310,6 +310,18 @@ func TestVerifyIntent_EachFieldAlone(t *testing.T) {
 		decisions = "toolgate.intent.decisions"
 		executed  = "toolgate.intent.executed"
 	)
+	t.Run("intent removed", func(t *testing.T) {
+		p := copyDB(t, path)
+		tamper(t, p, func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("state")).Bucket([]byte(intents)).Delete([]byte(ran.ID))
+		})
+		// Its proposal, refusal, approval and execution.
+		ds := discrepancies(t, p)
+		want := tgruntime.Discrepancy{Kind: "intent", ID: ran.ID, Field: "record", Detail: "the audit log holds 4 events of this intent, but no intent is stored"}
+		if len(ds) != 1 || ds[0] != want {
+			t.Fatalf("got %v; want %v", ds, want)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		id   string
@@ -490,4 +502,45 @@ func TestVerifyRecords_IdempotencyKeyFields(t *testing.T) {
 			t.Fatalf("got %v; want one idempotency key %s field record", ds, scope)
 		}
 	})
+}
+
+// VerifyRecords counts what it checked: executions (an attempt still in
+// flight included, checked against its claim's events), intents and
+// idempotency keys; a call in flight is not a discrepancy.
+func TestVerifyRecords_CountsWhatItChecked(t *testing.T) {
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	blocking := tool(decl("test.blocking"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		close(started)
+		<-release
+		return in, nil
+	})
+	rt, _ := openRuntime(t, nil, echo("test.echo"), blocking)
+	if _, err := rt.Execute(ctx, keyed("test.echo", `{"msg":"a"}`, "k")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"b"}`)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.Execute(ctx, invoke("test.blocking", `{"msg":"c"}`))
+		done <- err
+	}()
+	<-started
+	var ds []tgruntime.Discrepancy
+	rep, err := rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+		ds = append(ds, d)
+		return nil
+	})
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(ds) != 0 || rep.Discrepancy != 0 {
+		t.Fatalf("with a call in flight: %v, %v", ds, err)
+	}
+	if rep.Executions != 2 || rep.Intents != 1 || rep.Keys != 1 || rep.Events == 0 {
+		t.Fatalf("report %+v; want 2 executions (one in flight), 1 intent, 1 key", rep)
+	}
 }
