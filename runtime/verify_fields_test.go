@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,6 +219,15 @@ func TestVerifyExecution_SearchWindow(t *testing.T) {
 		{"nine minutes earlier", shift(-9 * time.Minute), []string{"endedAt", "transitions"}},
 		{"eleven minutes later", shift(11 * time.Minute), []string{"events"}},
 		{"eleven minutes earlier", shift(-11 * time.Minute), []string{"events"}},
+		// The window runs from the earliest of the record's times to the
+		// latest, whichever field holds them.
+		{"started eleven minutes later", func(r *txn.Record) { r.StartedAt = r.StartedAt.Add(11 * time.Minute) }, []string{"startedAt"}},
+		{"all but the last transition eleven minutes earlier", func(r *txn.Record) {
+			r.StartedAt, r.EndedAt = r.StartedAt.Add(-11*time.Minute), r.EndedAt.Add(-11*time.Minute)
+			for i := range r.Transitions[:len(r.Transitions)-1] {
+				r.Transitions[i].At = r.Transitions[i].At.Add(-11 * time.Minute)
+			}
+		}, []string{"endedAt", "transitions"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := copyDB(t, path)
@@ -542,5 +552,105 @@ func TestVerifyRecords_CountsWhatItChecked(t *testing.T) {
 	}
 	if rep.Executions != 2 || rep.Intents != 1 || rep.Keys != 1 || rep.Events == 0 {
 		t.Fatalf("report %+v; want 2 executions (one in flight), 1 intent, 1 key", rep)
+	}
+}
+
+// An error from VerifyRecords' report stops the check at once and is
+// returned as it is, whichever record was reported: an execution's, an
+// intent's, an idempotency key's.
+func TestVerifyRecords_ReportErrorStops(t *testing.T) {
+	testdb.BboltOnly(t, whyTamper)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	res, err := rt.Execute(ctx, keyed("test.echo", `{"msg":"a"}`, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Execute(ctx, keyed("test.echo", `{"msg":"a"}`, "k2")); err != nil {
+		t.Fatal(err)
+	}
+	in, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"b"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := rt.Propose(ctx, invoke("test.echo", `{"msg":"gone"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Close(ctx)
+	// Two discrepancies of an execution, one of an undecodable record,
+	// one of a record without events, two of keys (one undecodable, one
+	// naming an attempt without events), two of intents (one changed, one
+	// removed).
+	editRecord(t, path, res.ExecutionID, func(r *txn.Record) { r.CallID, r.OutputHash = "another-call", strings.Repeat("0", 64) })
+	tamper(t, path, func(tx *bolt.Tx) error {
+		ex := tx.Bucket([]byte("executions"))
+		if err := ex.Put([]byte("0199e4a1-0000-7000-8000-00000000000a"), []byte("not a record")); err != nil {
+			return err
+		}
+		b, _ := txn.EncodeRecord(&txn.Record{ExecutionID: "0199e4a1-0000-7000-8000-00000000000b", State: "COMPLETED", ToolID: "test.echo", ToolVersion: "1.0.0"})
+		if err := ex.Put([]byte("0199e4a1-0000-7000-8000-00000000000b"), b); err != nil {
+			return err
+		}
+		st := tx.Bucket([]byte("state"))
+		keys := st.Bucket([]byte("toolgate.idempotency"))
+		var scopes [][]byte
+		keys.ForEach(func(k, v []byte) error {
+			scopes = append(scopes, append([]byte(nil), k...))
+			return nil
+		})
+		if len(scopes) != 2 {
+			return fmt.Errorf("%d keys stored", len(scopes))
+		}
+		if err := keys.Put(scopes[0], []byte("{")); err != nil {
+			return err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(keys.Get(scopes[1]), &m); err != nil {
+			return err
+		}
+		m["executionIds"] = []string{"0199e4a1-0000-7000-8000-00000000000c"}
+		v, _ := json.Marshal(m)
+		if err := keys.Put(scopes[1], v); err != nil {
+			return err
+		}
+		if err := st.Bucket([]byte("toolgate.intents")).Delete([]byte(gone.ID)); err != nil {
+			return err
+		}
+		return st.Bucket([]byte("toolgate.intents")).Put([]byte(in.ID), []byte(`{"id":"`+in.ID+`","hash":"`+in.Hash+`","tool":"test.echo","version":"1.0.0","input":{"msg":"c"},"proposer":"tester"}`))
+	})
+	s := readOnly(t, path)
+	var all []tgruntime.Discrepancy
+	rep, err := tgruntime.NewReader(s).VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+		all = append(all, d)
+		return nil
+	})
+	if err != nil || rep.Discrepancy != len(all) || len(all) < 8 {
+		t.Fatalf("all: %+v, %v, %v", rep, all, err)
+	}
+	kinds := map[string]bool{}
+	for _, d := range all {
+		kinds[d.Kind] = true
+	}
+	if len(kinds) != 3 {
+		t.Fatalf("the discrepancies %v are not of all three kinds", all)
+	}
+	stop := errors.New("stop")
+	for n := 1; n <= len(all); n++ {
+		calls := 0
+		rep, err := tgruntime.NewReader(s).VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+			calls++
+			if d != all[calls-1] {
+				t.Fatalf("discrepancy %d is %v, was %v", calls, d, all[calls-1])
+			}
+			if calls == n {
+				return stop
+			}
+			return nil
+		})
+		if err != stop || calls != n || rep == nil || rep.Discrepancy != n {
+			t.Fatalf("report failing at discrepancy %d (%v): %v after %d calls, %+v; want it returned at once", n, all[n-1], err, calls, rep)
+		}
 	}
 }
