@@ -654,3 +654,31 @@ func TestVerifyRecords_ReportErrorStops(t *testing.T) {
 		}
 	}
 }
+
+// Records that do not decode are named up to a thousand, in key order, so
+// that the check's memory stays bounded on a file full of garbage: one
+// more is not named, and the check fails all the same.
+func TestVerifyRecords_UndecodableRecordsNamedUpToAThousand(t *testing.T) {
+	testdb.BboltOnly(t, whyTamper)
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	rt.Close(context.Background())
+	tamper(t, path, func(tx *bolt.Tx) error {
+		ex := tx.Bucket([]byte("executions"))
+		for i := range 1001 {
+			if err := ex.Put(fmt.Appendf(nil, "0199e4a1-0000-7000-8000-%012d", i), []byte("garbage")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	ds := discrepancies(t, path)
+	if len(ds) != 1000 {
+		t.Fatalf("%d discrepancies; want the first 1000 records named", len(ds))
+	}
+	for i, d := range ds {
+		if d.Kind != "execution" || d.Field != "record" || d.ID != fmt.Sprintf("0199e4a1-0000-7000-8000-%012d", i) {
+			t.Fatalf("discrepancy %d: %v", i, d)
+		}
+	}
+}
