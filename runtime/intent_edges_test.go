@@ -222,3 +222,43 @@ func TestIntentError_Classes(t *testing.T) {
 		}
 	}
 }
+
+// While an intent's execution runs, another request to run it is refused
+// as intent_in_flight, naming that execution, and gets no result; once it
+// has ended, as intent_already_executed, with the stored result replayed.
+// (The first execution holds the intent through its durable claim, which
+// carries the executed mark.)
+func TestIntent_InFlightThenAlreadyExecuted(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	blocking := tool(decl("test.blocking"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		close(started)
+		<-release
+		return in, env.State.Put("test", "last", []byte(in.Msg))
+	})
+	rt, _ := openRuntime(t, nil, blocking)
+	in := approved(t, rt, "test.blocking", `{"msg":"once"}`)
+	done := make(chan *tgruntime.Result, 1)
+	go func() {
+		res, err := execIntent(rt, in.ID, in.Hash)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-started
+	res, err := execIntent(rt, in.ID, in.Hash)
+	var ie *tgruntime.IntentError
+	if res != nil || !errors.As(err, &ie) || ie.Code != "intent_in_flight" || ie.Execution == nil {
+		close(release)
+		t.Fatalf("while it runs: %+v, %v; want intent_in_flight naming the execution", res, err)
+	}
+	close(release)
+	first := <-done
+	if first == nil || ie.Execution.ExecutionID != first.ExecutionID {
+		t.Fatalf("the in-flight refusal named %+v; the execution was %+v", ie.Execution, first)
+	}
+	again, err := execIntent(rt, in.ID, in.Hash)
+	if intentCode(err) != "intent_already_executed" || again == nil || !again.Replayed || again.ExecutionID != first.ExecutionID {
+		t.Fatalf("after it ended: %+v, %v; want intent_already_executed with the result replayed", again, err)
+	}
+}
