@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,5 +163,37 @@ func TestIdempotency_BypassWhileRunningOwnsTheKey(t *testing.T) {
 	}
 	if _, err := rt.Execute(ctx, keyed("test.slow", `{"msg":"first"}`, "k")); idemCode(err) != "idempotency_conflict" {
 		t.Fatalf("the first call's request with the key: %v; want idempotency_conflict (the key is the bypass's)", err)
+	}
+}
+
+// A replayed success says what the first answer said: a call that
+// committed a file write that could not be made visible (parked) is
+// replayed with its result and the same "apply staged writes" StateError.
+func TestIdempotency_ReplayKeepsAParkedWrite(t *testing.T) {
+	dir := t.TempDir()
+	opts := writeOpts(dir)
+	rt, path := openRuntime(t, opts, tools.FileWrite())
+	tgruntime.SkipStagedApply(rt) // as if it crashed between its commit and the rename
+	ctx := context.Background()
+	inv := keyed("file.write", writeInput("a.txt", "x"), "k")
+	first, err := rt.Execute(ctx, inv)
+	if err != nil || first.State != "COMPLETED" {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	rt.Close(ctx)
+	// The rename the next Open retries cannot be done: it is parked.
+	if err := os.MkdirAll(filepath.Join(dir, "a.txt", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt2, err := reopen(path, opts, tools.FileWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt2.Close(ctx)
+	res, err := rt2.Execute(ctx, inv)
+	var se *tgruntime.StateError
+	if res == nil || !res.Replayed || res.ExecutionID != first.ExecutionID || res.State != "COMPLETED" ||
+		!errors.As(err, &se) || se.Op != "apply staged writes" {
+		t.Fatalf("replay: %+v, %v; want the completed result replayed with its parked write's StateError", res, err)
 	}
 }
