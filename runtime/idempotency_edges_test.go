@@ -5,9 +5,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
@@ -195,5 +197,38 @@ func TestIdempotency_ReplayKeepsAParkedWrite(t *testing.T) {
 	if res == nil || !res.Replayed || res.ExecutionID != first.ExecutionID || res.State != "COMPLETED" ||
 		!errors.As(err, &se) || se.Op != "apply staged writes" {
 		t.Fatalf("replay: %+v, %v; want the completed result replayed with its parked write's StateError", res, err)
+	}
+}
+
+// Each new key purges a batch of sixteen expired keys (their records and
+// expiry entries), oldest first, until none is left; unexpired keys stay.
+func TestIdempotency_PurgeRemovesABatchPerNewKey(t *testing.T) {
+	var runs atomic.Int32
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	rt, _ := openRuntime(t, &tgruntime.Options{Now: clk.Now, IdempotencyTTL: time.Minute}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	run := func(key string) {
+		t.Helper()
+		if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(ns string) int {
+		t.Helper()
+		vals, err := tgruntime.StoreOf(rt).StateValues(ctx, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(vals)
+	}
+	for i := range 40 {
+		run("old-" + strconv.Itoa(i))
+	}
+	clk.Add(2 * time.Minute)
+	for i, want := range []int{40 - 16 + 1, 40 - 32 + 2, 3, 4} { // the old ones left, and the new ones
+		run("new-" + strconv.Itoa(i))
+		if n, m := count("toolgate.idempotency"), count("toolgate.idempotency.expiry"); n != want || m != want {
+			t.Fatalf("after new key %d: %d keys and %d expiry entries; want %d of each", i+1, n, m, want)
+		}
 	}
 }
