@@ -2,6 +2,9 @@ package runtime_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
 	"github.com/toolgate/toolgate/txn"
@@ -230,5 +234,43 @@ func TestIdempotency_PurgeRemovesABatchPerNewKey(t *testing.T) {
 		if n, m := count("toolgate.idempotency"), count("toolgate.idempotency.expiry"); n != want || m != want {
 			t.Fatalf("after new key %d: %d keys and %d expiry entries; want %d of each", i+1, n, m, want)
 		}
+	}
+}
+
+// Open frees every key whose call a crash interrupted before it left a
+// record (each key of its own, however many): the same calls then run.
+func TestIdempotency_OpenFreesEveryInterruptedKey(t *testing.T) {
+	testdb.BboltOnly(t, "it writes the running keys of a crashed process into the bbolt file before the runtime opens it")
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	var runs atomic.Int32
+	rt, _ := openRuntimeAt(t, path, countingTool("test.count", &runs))
+	rt.Close(ctx)
+	s, err := txn.Open(path, &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	keys := []string{"k1", "k2", "k3"}
+	for i, k := range keys {
+		sum := sha256.Sum256([]byte("tester\x00test.count\x00" + k))
+		rec, _ := json.Marshal(map[string]any{"principal": "tester", "tool": "test.count", "key": k,
+			"requestHash": "x", "callId": "crashed-" + strconv.Itoa(i), "state": "running",
+			"createdAt": now, "expiresAt": now.Add(time.Hour)})
+		if err := s.PutState(ctx, "toolgate.idempotency", hex.EncodeToString(sum[:]), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	rt, _ = openRuntimeAt(t, path, countingTool("test.count", &runs))
+	for _, k := range keys {
+		inv := keyed("test.count", `{"msg":"a"}`, k)
+		inv.IdempotencyNoWait = true
+		if res, err := rt.Execute(ctx, inv); err != nil || res.Replayed {
+			t.Fatalf("key %s after the crash: %+v, %v; want it free, the call run", k, res, err)
+		}
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("%d runs", runs.Load())
 	}
 }
