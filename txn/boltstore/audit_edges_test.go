@@ -129,32 +129,6 @@ func TestAudit_GetWithAuditErrors(t *testing.T) {
 	}
 }
 
-// SetClaim leaves the claim as it was when set fails, and says why.
-func TestStore_SetClaimFails(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.db")
-	be, err := boltstore.Open(path, &boltstore.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := txn.NewStore(be, path)
-	defer s.Close()
-	ctx := context.Background()
-	if _, err := s.Begin(ctx, newRecord("c", "t", "EXECUTING")); err != nil {
-		t.Fatal(err)
-	}
-	before, err := be.Get(ctx, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	if err := be.SetClaim(ctx, "c", func([]byte) ([]byte, error) { return []byte("garbage"), boom }); !errors.Is(err, boom) {
-		t.Fatalf("SetClaim whose set fails = %v", err)
-	}
-	if after, err := be.Get(ctx, "c"); err != nil || string(after) != string(before) {
-		t.Fatalf("the claim after a failed SetClaim: %q, %v; want it unchanged", after, err)
-	}
-}
-
 // groupsOf opens a fresh file and writes groups of three events each, the
 // events of group i made at times[i]; it returns the backend.
 func groupsOf(t *testing.T, times []int64) *boltstore.Store {

@@ -322,20 +322,7 @@ func TestLog_DiskFullOrFailing(t *testing.T) {
 			}
 			s.Close()
 			// The machine loses what was not synced; the disk has room again.
-			after := filepath.Join(filepath.Dir(path), "after.db")
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(after, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			logs[boltstore.WALPath(after)] = live.Crash(rand.New(rand.NewPCG(1, 2)))
-			s2, err := txn.Open(after, &txn.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s2.Close()
+			s2 := reopenAfterCrash(t, path, live, logs, 1)
 			for i := range 3 {
 				if _, err := s2.Get(ctx, fmt.Sprint("ok", i)); err != nil {
 					t.Errorf("acknowledged ok%d lost: %v", i, err)
@@ -380,6 +367,21 @@ func TestLog_CheckpointFails(t *testing.T) {
 		t.Fatalf("a write after the failed checkpoint: %v, want ErrPoisoned", err)
 	}
 	s.Close()
+	s2 := reopenAfterCrash(t, path, live, logs, 3)
+	if _, err := s2.Get(ctx, "durable"); err != nil {
+		t.Fatalf("the acknowledged write is gone: %v", err)
+	}
+	if p := storetest.Verify(ctx, s2); len(p) > 0 {
+		t.Errorf("audit verify: %v", p)
+	}
+}
+
+// reopenAfterCrash opens, as the machine that comes back would, a copy of
+// the file at path with what its log live kept of what was not synced (a
+// crash drawn from seed), registered in logs for the crash test's opener.
+// The store is closed at cleanup.
+func reopenAfterCrash(t *testing.T, path string, live *crashfile.File, logs map[string]*crashfile.File, seed uint64) *txn.Store {
+	t.Helper()
 	after := filepath.Join(filepath.Dir(path), "after.db")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -388,16 +390,11 @@ func TestLog_CheckpointFails(t *testing.T) {
 	if err := os.WriteFile(after, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs[boltstore.WALPath(after)] = live.Crash(rand.New(rand.NewPCG(3, 4)))
-	s2, err := txn.Open(after, &txn.Options{})
+	logs[boltstore.WALPath(after)] = live.Crash(rand.New(rand.NewPCG(seed, seed+1)))
+	s, err := txn.Open(after, &txn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
-	if _, err := s2.Get(ctx, "durable"); err != nil {
-		t.Fatalf("the acknowledged write is gone: %v", err)
-	}
-	if p := storetest.Verify(ctx, s2); len(p) > 0 {
-		t.Errorf("audit verify: %v", p)
-	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

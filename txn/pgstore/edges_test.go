@@ -40,36 +40,6 @@ func TestDescribe_Nodes(t *testing.T) {
 	}
 }
 
-// SetClaim leaves the claim as it was when set fails, and says why; a
-// claim that is not this node's is ErrNotFound.
-func TestSetClaim_Fails(t *testing.T) {
-	url := freshPostgres(t)
-	be, err := pgstore.Open(url, &pgstore.Options{NoSync: true, Node: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := txn.NewStore(be, url)
-	defer s.Close()
-	ctx := context.Background()
-	if _, err := s.Begin(ctx, newRecord("c", "t", "EXECUTING")); err != nil {
-		t.Fatal(err)
-	}
-	before, err := be.Get(ctx, "c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	if err := be.SetClaim(ctx, "c", func([]byte) ([]byte, error) { return []byte("garbage"), boom }); !errors.Is(err, boom) {
-		t.Fatalf("SetClaim whose set fails = %v", err)
-	}
-	if after, err := be.Get(ctx, "c"); err != nil || string(after) != string(before) {
-		t.Fatalf("the claim after a failed SetClaim: %q, %v; want it unchanged", after, err)
-	}
-	if err := be.SetClaim(ctx, "nope", func(b []byte) ([]byte, error) { return b, nil }); !errors.Is(err, txn.ErrNotFound) {
-		t.Errorf("SetClaim of no claim = %v; want ErrNotFound", err)
-	}
-}
-
 // $TOOLGATE_LEASE sets the lease when Options.Lease is zero: a positive
 // duration of at least MinLease; anything else fails Open, naming it.
 func TestOpen_LeaseFromEnvironment(t *testing.T) {

@@ -73,6 +73,7 @@ func Run(t *testing.T, b *Backend) {
 		{"Unclaimed", testUnclaimed},
 		{"AuditSearch", testAuditSearch},
 		{"WalkAndPages", testWalkAndPages},
+		{"SetClaimFails", testSetClaimFails},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
