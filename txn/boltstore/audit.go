@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/toolgate/toolgate/txn/driver"
 	bolt "go.etcd.io/bbolt"
@@ -40,10 +41,8 @@ func (s *Store) appendAudit(tx *bolt.Tx, events []driver.Event) error {
 	}
 	var key [8]byte
 	binary.BigEndian.PutUint64(key[:], seq+1)
-	if need := driver.AuditGroupSize(events); cap(s.auditBuf) < need {
-		s.auditBuf = make([]byte, 0, need)
-	}
-	value, seq, link := driver.AppendAuditGroup(s.auditBuf[:0], seq, link, events)
+	s.auditBuf = slices.Grow(s.auditBuf[:0], driver.AuditGroupSize(events))
+	value, seq, link := driver.AppendAuditGroup(s.auditBuf, seq, link, events)
 	s.auditBuf = value // put copies it into the log's entry; release keeps it for the next
 	if err := s.put(tx, walAudit, nil, key[:], value); err != nil {
 		return fmt.Errorf("txn: append audit events from %d: %w", binary.BigEndian.Uint64(key[:]), err)
@@ -77,7 +76,7 @@ func checkAuditTail(log *bolt.Bucket, hasHead bool, seq uint64) error {
 }
 
 // AuditRaw calls fn with every key and value of the audit bucket, in one
-// read transaction.
+// read transaction, checking ctx before each.
 func (s *Store) AuditRaw(ctx context.Context, fn func(key, value []byte) error) error {
 	return s.view(ctx, func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)
@@ -85,12 +84,9 @@ func (s *Store) AuditRaw(ctx context.Context, fn func(key, value []byte) error) 
 			return nil
 		}
 		c := log.Cursor()
-		n := 0
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if n++; n%1024 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 			if v == nil {
 				v = []byte{} // a nested bucket: not a value this package writes
@@ -187,8 +183,36 @@ func auditSearch(ctx context.Context, tx *bolt.Tx, n []byte, from, to int64, fn 
 		return nil
 	}
 	c := log.Cursor()
-	// The first group (by its first seq) that has an event made at or
-	// after from: every group before it was committed before from.
+	for k, v := searchStart(c, from); k != nil; k, v = c.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(k) != 8 || v == nil {
+			continue // the head
+		}
+		min, max := driver.Timestamps(v)
+		if min > to {
+			return nil
+		}
+		if max < from || !bytes.Contains(v, n) {
+			continue
+		}
+		more, err := fn(binary.BigEndian.Uint64(k), v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// searchStart moves c to the first group (by its first seq) that has an
+// event made at or after from, found by a binary search over the seqs of
+// the log, and returns it (a nil key when there is none). The search ends
+// at lo, 1 or one past a group whose events were all made before from:
+// the group holding lo, when it starts before lo, is that group, and the
+// groups before it were committed before it (clocks that do not jump
+// back).
+func searchStart(c *bolt.Cursor, from int64) (k, v []byte) {
 	lo, hi := uint64(1), uint64(1)
 	if k, _ := c.Last(); k != nil {
 		for ; k != nil && len(k) != 8; k, _ = c.Prev() {
@@ -210,32 +234,5 @@ func auditSearch(ctx context.Context, tx *bolt.Tx, n []byte, from, to int64, fn 
 			hi = mid
 		}
 	}
-	k, v := c.Seek(binary.BigEndian.AppendUint64(nil, lo))
-	if pk, pv := c.Prev(); pk != nil && len(pk) == 8 {
-		k, v = pk, pv // the group holding lo starts before it
-	} else {
-		k, v = c.Seek(binary.BigEndian.AppendUint64(nil, lo))
-	}
-	for i := 0; k != nil; k, v = c.Next() {
-		if len(k) != 8 || v == nil {
-			continue // the head
-		}
-		if i++; i%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		min, max := driver.Timestamps(v)
-		if min > to {
-			return nil
-		}
-		if max < from || !bytes.Contains(v, n) {
-			continue
-		}
-		more, err := fn(binary.BigEndian.Uint64(k), v)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return c.Seek(binary.BigEndian.AppendUint64(nil, lo))
 }

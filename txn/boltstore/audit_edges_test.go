@@ -33,11 +33,12 @@ func logOf(t *testing.T, n int) (*boltstore.Store, *txn.Store) {
 	return be, s
 }
 
-// The reads that walk the whole log (AuditRaw, a search) check their
-// context as they go, every 1024 groups: a caller that gives up on a long
-// read gets its context's error, not the rest of the log.
+// The reads that walk the log (AuditRaw, a search, the search of
+// GetWithAudit) check their context at every key they read: a caller that
+// gives up on a long read gets its context's error at once, not the rest
+// of the log.
 func TestAudit_LongReadsCancelled(t *testing.T) {
-	const groups = 1100
+	const groups = 5
 	be, _ := logOf(t, groups)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -48,8 +49,8 @@ func TestAudit_LongReadsCancelled(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, context.Canceled) || n != 1023 {
-		t.Errorf("AuditRaw cancelled at its first key = %v after %d keys; want context.Canceled after 1023", err, n)
+	if !errors.Is(err, context.Canceled) || n != 1 {
+		t.Errorf("AuditRaw cancelled at its first key = %v after %d keys; want context.Canceled after 1", err, n)
 	}
 	n = 0
 	if err := be.AuditRaw(context.Background(), func(k, v []byte) error { n++; return nil }); err != nil || n != groups+1 {
@@ -64,8 +65,8 @@ func TestAudit_LongReadsCancelled(t *testing.T) {
 		}
 		return true, nil
 	})
-	if !errors.Is(err, context.Canceled) || n != 1023 {
-		t.Errorf("AuditSearch cancelled at its first group = %v after %d groups; want context.Canceled after 1023", err, n)
+	if !errors.Is(err, context.Canceled) || n != 1 {
+		t.Errorf("AuditSearch cancelled at its first group = %v after %d groups; want context.Canceled after 1", err, n)
 	}
 	n = 0
 	if err := be.AuditSearch(context.Background(), []byte(`"n":`), 1000, 1000+groups, func(uint64, []byte) (bool, error) {
@@ -73,6 +74,18 @@ func TestAudit_LongReadsCancelled(t *testing.T) {
 		return true, nil
 	}); err != nil || n != groups {
 		t.Errorf("AuditSearch = %v, %d groups; want %d", err, n, groups)
+	}
+
+	// The window of GetWithAudit cancels: its search reads nothing.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	n = 0
+	_, err = be.GetWithAudit(ctx, "rec-00000", func([]byte) ([]byte, int64, int64, error) {
+		cancel()
+		return []byte(`"n":`), 1000, 1000 + groups, nil
+	}, func(uint64, []byte) (bool, error) { n++; return true, nil })
+	if !errors.Is(err, context.Canceled) || n != 0 {
+		t.Fatalf("GetWithAudit, its context cancelled by its window = %v after %d groups; want context.Canceled after none", err, n)
 	}
 }
 
@@ -203,39 +216,51 @@ func TestAudit_SearchGroupsOfOneTime(t *testing.T) {
 	}
 }
 
-// A search reads the log from the first group of its window on (found by
-// a binary search), not from the start: a search for the last group of a
-// log of more than 1024 groups visits too few of them to check its
-// context, which the window of GetWithAudit here cancels, and so
-// completes. (Its cost is O(log n) plus the window's groups: the context
-// is checked every 1024 groups visited.)
-func TestAudit_SearchSkipsTheLogBeforeTheWindow(t *testing.T) {
-	const groups = 1100
-	be, _ := logOf(t, groups)
-	last := int64(1000 + groups - 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var seqs []uint64
-	_, err := be.GetWithAudit(ctx, "rec-00000", func([]byte) ([]byte, int64, int64, error) {
-		cancel()
-		return []byte(`"n":`), last, last, nil
-	}, func(seq uint64, _ []byte) (bool, error) {
-		seqs = append(seqs, seq)
-		return true, nil
+// A search reads the log from the first group that has an event made at
+// or after its from (found by a binary search), not from the start, nor
+// from a group before that one: its cost is O(log n) plus the groups of
+// its window. Here for single groups a millisecond apart and for groups of
+// three events, some of one time, with gaps between the times.
+func TestAudit_SearchStart(t *testing.T) {
+	// check: group g (events per group each) was made at times[g].
+	check := func(t *testing.T, be *boltstore.Store, times []int64, per int) {
+		t.Helper()
+		seqOf := func(g int) uint64 { return uint64(1 + g*per) }
+		for from := times[0] - 2; from <= times[len(times)-1]+2; from++ {
+			want := uint64(0)
+			for g, ts := range times {
+				if ts >= from {
+					want = seqOf(g)
+					break
+				}
+			}
+			if got, err := boltstore.AuditSearchStart(be, from); err != nil || got != want {
+				t.Fatalf("a search from %d starts at group %d (%v); want %d", from, got, err, want)
+			}
+		}
+	}
+	t.Run("one event a group", func(t *testing.T) {
+		const groups = 70
+		be, _ := logOf(t, groups)
+		times := make([]int64, groups)
+		for i := range times {
+			times[i] = 1000 + int64(i)
+		}
+		check(t, be, times, 1)
 	})
-	if err != nil || len(seqs) != 1 || seqs[0] != groups {
-		t.Fatalf("a search for the last group = %v, %v; want [%d] without reading the log before it", seqs, err, groups)
-	}
-	// A window over the whole log visits every group, and so notices the
-	// context cancelled by its window.
-	ctx, cancel = context.WithCancel(context.Background())
-	defer cancel()
-	n := 0
-	_, err = be.GetWithAudit(ctx, "rec-00000", func([]byte) ([]byte, int64, int64, error) {
-		cancel()
-		return []byte(`"n":`), 1000, last, nil
-	}, func(uint64, []byte) (bool, error) { n++; return true, nil })
-	if !errors.Is(err, context.Canceled) || n != 1023 {
-		t.Fatalf("a search of the whole log, its context cancelled = %v after %d groups; want context.Canceled after 1023", err, n)
-	}
+	t.Run("three events a group", func(t *testing.T) {
+		var times []int64
+		for ts := int64(1000); ts < 1040; ts += 3 {
+			for range 1 + ts%3 {
+				times = append(times, ts)
+			}
+		}
+		check(t, groupsOf(t, times), times, 3)
+	})
+	t.Run("an empty log", func(t *testing.T) {
+		be, _ := logOf(t, 0)
+		if got, err := boltstore.AuditSearchStart(be, 0); err != nil || got != 0 {
+			t.Fatalf("a search of an empty log starts at group %d (%v)", got, err)
+		}
+	})
 }

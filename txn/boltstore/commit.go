@@ -69,13 +69,16 @@ func (s *Store) commitBatch(batch []*request) {
 	defer s.mu.Unlock()
 	todo := slices.Clone(batch) // the requests still to commit
 	for len(todo) > 0 {
-		failed, failErr, auditErr := -1, error(nil), error(nil)
+		// blamed is the request whose check or apply is running, and so
+		// the one that fails alone if it fails or panics; nil after them.
+		var blamed *request
+		var failErr, auditErr error
 		auditing := false // appending the batch's audit group
 		s.batches.Add(1)
 		err := s.applyGroup(func(tx *bolt.Tx) error {
 			s.pending = s.pending[:0]
-			for i, r := range todo {
-				failed, r.R.audited = i, false // blamed if check or apply panics
+			for _, r := range todo {
+				blamed, r.R.audited = r, false
 				if r.Err = r.R.check(tx); r.Err != nil {
 					continue
 				}
@@ -86,7 +89,7 @@ func (s *Store) commitBatch(batch []*request) {
 				}
 				r.R.audited = len(s.pending) > n
 			}
-			failed = -1
+			blamed = nil
 			// The batch's audit events, one group: one put instead of one
 			// per request, into pages that fill up.
 			auditing = true
@@ -100,28 +103,26 @@ func (s *Store) commitBatch(batch []*request) {
 		s.release()
 		var p *panicError
 		switch {
-		case errors.As(err, &p) && failed >= 0:
+		case errors.As(err, &p) && blamed != nil:
 			failErr = p // the request that panicked fails alone, like a failed apply
 		case p != nil && auditing:
 			auditErr = p // bbolt met a damaged page of the log: as a damaged head
-		case failErr == nil:
-			failed = -1
 		}
-		if failed >= 0 || auditErr != nil {
+		if blamed != nil || auditErr != nil {
 			// Undo the group's changes in ltx, to apply it again without
 			// the request(s) that failed; if that fails, what ltx holds
 			// is not known.
 			if uerr := s.applyGroup(s.rollback); uerr != nil {
 				err = uerr
-				failed, auditErr = -1, nil
+				blamed, auditErr = nil, nil
 			}
 		}
 		switch {
-		case failed >= 0:
+		case blamed != nil:
 			// Undone: the failed request fails alone, and the rest are
 			// redone without it.
-			todo[failed].Err = failErr
-			todo = slices.Delete(todo, failed, failed+1)
+			blamed.Err = failErr
+			todo = slices.DeleteFunc(todo, func(r *request) bool { return r == blamed })
 		case auditErr != nil:
 			// The log cannot take events (its head or a page of it is
 			// damaged): every request that has some fails with that error,
@@ -154,7 +155,7 @@ func (s *Store) commitBatch(batch []*request) {
 }
 
 // logGroup appends the group's changes to the log as one entry and syncs
-// it (writes it, with NoSync), then checkpoints if the log has grown past
+// it (writes it, with NoSync), then checkpoints if the log has reached
 // checkpointBytes. An error leaves the group's outcome unknown: the caller
 // poisons the Store. A checkpoint that fails comes after the group is
 // durable: it poisons the Store for what follows, and the group succeeds

@@ -248,3 +248,50 @@ func TestStore_GuardScanLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A group ends with a checkpoint once the log has reached the checkpoint
+// size: here a log of exactly that size after the group, where a size one
+// byte larger waits for the next group.
+func TestCommit_CheckpointAtTheSize(t *testing.T) {
+	ctx := context.Background()
+	// put opens a fresh file checkpointing at limit, writes one record,
+	// and returns the checkpoints that write made and the log's size.
+	put := func(limit int64) (checkpoints uint64, size int64) {
+		t.Helper()
+		restore := boltstore.SetCrashTest(func(p string) (*wal.Log, []wal.Entry, error) { return wal.Open(p) }, limit)
+		defer restore()
+		be, err := boltstore.Open(filepath.Join(t.TempDir(), "c.db"), &boltstore.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer be.Close()
+		before := boltstore.Checkpoints(be)
+		if err := be.Put(ctx, "a", nil, nil, []byte("the record"), nil); err != nil {
+			t.Fatal(err)
+		}
+		return boltstore.Checkpoints(be) - before, boltstore.LogSize(be)
+	}
+	n, size := put(1 << 30)
+	if n != 0 || size == 0 {
+		t.Fatalf("a write far below the checkpoint size: %d checkpoints, a log of %d bytes", n, size)
+	}
+	if n, left := put(size); n != 1 || left != 0 {
+		t.Errorf("a write that brings the log to the checkpoint size: %d checkpoints, %d bytes left in the log; want 1, 0", n, left)
+	}
+	if n, left := put(size + 1); n != 0 || left != size {
+		t.Errorf("a write that leaves the log a byte short of the checkpoint size: %d checkpoints, %d bytes in the log; want 0, %d", n, left, size)
+	}
+}
+
+// The audit group buffer of one update is kept for the next up to
+// MaxKept bytes of capacity; a larger one (a huge group) is let go.
+func TestCommit_AuditBufferKeptUpToMaxKept(t *testing.T) {
+	for _, c := range []int{0, 512, boltstore.MaxKept} {
+		if got := boltstore.KeptAfterRelease(c); got != c {
+			t.Errorf("a buffer of capacity %d: %d kept; want all of it", c, got)
+		}
+	}
+	if got := boltstore.KeptAfterRelease(boltstore.MaxKept + 1); got != 0 {
+		t.Errorf("a buffer of capacity %d: %d kept; want none", boltstore.MaxKept+1, got)
+	}
+}

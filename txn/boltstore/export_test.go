@@ -1,9 +1,15 @@
 package boltstore
 
-import "github.com/toolgate/toolgate/internal/wal"
+import (
+	"context"
+	"encoding/binary"
+
+	"github.com/toolgate/toolgate/internal/wal"
+	bolt "go.etcd.io/bbolt"
+)
 
 // SetCrashTest makes the Stores opened until restore is called open their
-// log through open, checkpoint once it passes checkpoint bytes, and leave
+// log through open, checkpoint once it reaches checkpoint bytes, and leave
 // bbolt's syncs out (the test takes the file as the last checkpoint left
 // it).
 //
@@ -13,4 +19,41 @@ func SetCrashTest(open func(path string) (*wal.Log, []wal.Entry, error), checkpo
 	o, c, n, j := openLog, checkpointBytes, boltNoSync, journalChunk
 	openLog, checkpointBytes, boltNoSync, journalChunk = open, checkpoint, true, 64
 	return func() { openLog, checkpointBytes, boltNoSync, journalChunk = o, c, n, j }
+}
+
+// AuditSearchStart returns the first seq of the group where a search of
+// the audit log for events made at or after from starts reading (0: none,
+// the search reads nothing).
+func AuditSearchStart(s *Store, from int64) (uint64, error) {
+	var seq uint64
+	err := s.view(context.Background(), func(tx *bolt.Tx) error {
+		if k, _ := searchStart(tx.Bucket(bucketAudit).Cursor(), from); len(k) == 8 {
+			seq = binary.BigEndian.Uint64(k)
+		}
+		return nil
+	})
+	return seq, err
+}
+
+// LogSize returns the bytes of the entries of a writer's log.
+func LogSize(s *Store) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Size()
+}
+
+// Checkpoints returns how many checkpoints the Store has made.
+func Checkpoints(s *Store) uint64 { return s.checkpoints.Load() }
+
+// MaxKept is the largest audit group buffer kept from one update to the
+// next.
+const MaxKept = maxKept
+
+// KeptAfterRelease returns the capacity of the audit group buffer kept for
+// the next update when the one just used has capacity c.
+func KeptAfterRelease(c int) int {
+	var s Store
+	s.auditBuf = make([]byte, 0, c)
+	s.release()
+	return cap(s.auditBuf)
 }

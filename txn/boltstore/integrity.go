@@ -37,7 +37,8 @@ const (
 // valid meta page: bbolt's own open then says what is wrong). A file
 // without one makes bbolt rebuild the freelist at the first write, by
 // walking every page on a goroutine of its own, where a damaged page
-// crashes the process.
+// crashes the process. The answer is the valid meta page bbolt reads: the
+// one of the higher transaction id, the first of the two when they tie.
 func FreelistSynced(path string) (synced, ok bool) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -66,7 +67,8 @@ func FreelistSynced(path string) (synced, ok bool) {
 			continue
 		}
 		if i == 0 {
-			if ps := int64(binary.LittleEndian.Uint32(m[metaPageSizeAt:])); ps > 0 && ps <= maxMetaPageSize {
+			if ps := int64(binary.LittleEndian.Uint32(m[metaPageSizeAt:])); ps <= maxMetaPageSize {
+				// 0 leaves the page size unknown, as a damaged first meta does
 				pageSize = ps
 			}
 		}

@@ -3,6 +3,7 @@ package boltstore_test
 import (
 	"context"
 	"encoding/binary"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -44,6 +45,17 @@ func TestFreelistSynced_Metas(t *testing.T) {
 			return b
 		}
 	}
+	// sameTxid gives both meta pages the first's transaction id, their
+	// checksums made right: bbolt then takes the first (as it does when
+	// neither is newer), and so does FreelistSynced.
+	sameTxid := func(b []byte) []byte {
+		first, second := b[16:16+64], b[pageSize+16:pageSize+16+64]
+		copy(second[48:56], first[48:56])
+		h := fnv.New64a()
+		h.Write(second[:56])
+		binary.LittleEndian.PutUint64(second[56:], h.Sum64())
+		return b
+	}
 	cases := []struct {
 		name       string
 		edit       func([]byte) []byte
@@ -57,6 +69,7 @@ func TestFreelistSynced_Metas(t *testing.T) {
 		{"first meta's version wrong", func(b []byte) []byte { b[16+4] = 3; return b }, newer == 0, true},
 		{"cut inside the first meta", func(b []byte) []byte { return b[:40] }, false, false},
 		{"only the first page", func(b []byte) []byte { return b[:pageSize] }, newer == 1, true},
+		{"both metas of one txid", sameTxid, newer == 1, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

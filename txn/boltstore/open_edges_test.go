@@ -576,17 +576,52 @@ func TestOpen_LogNumberingAfterCheckpoints(t *testing.T) {
 	check(after, 100)
 }
 
+// appendLogEntry appends an entry holding payload to the log of the
+// closed file at path, numbered as the next one the file does not hold.
+func appendLogEntry(t *testing.T, path string, payload []byte) {
+	t.Helper()
+	var applied uint64
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *bolt.Tx) error {
+		applied = binary.BigEndian.Uint64(tx.Bucket([]byte("meta")).Get([]byte("wal")))
+		return nil
+	})
+	db.Close()
+	l, _, err := wal.Open(boltstore.WALPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Renumber(applied + 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A log entry whose changes are malformed (a length that runs past the
-// entry, a length cut short, a header cut short, an unknown kind) fails
-// the writer's Open with ErrCorrupt, and applies none of it to the file.
+// entry, a length cut short, a header cut short, a field missing, an
+// unknown kind) fails the writer's Open with ErrCorrupt, saying what is
+// wrong, and applies none of it to the file.
 func TestOpen_MalformedLogEntry(t *testing.T) {
-	for name, payload := range map[string][]byte{
-		"field past the entry": {1, 0, 3, 'a'},            // a put in meta, its key 3 bytes long, 1 left
-		"field length cut":     {1, 0, 0x80},              // the key's length, a varint cut short
-		"value length cut":     {1, 0, 1, 'k', 0x80},      // the value's length cut short
-		"header cut":           {1, 0, 1, 'k', 1, 'v', 1}, // a second change of one byte
-		"unknown kind":         {9, 0, 1, 'k'},
-		"namespace length cut": {1, 4, 0x80},
+	for name, tc := range map[string]struct {
+		payload []byte
+		want    string
+	}{
+		"field past the entry": {[]byte{1, 0, 3, 'a'}, "a truncated field"},               // a put in meta, its key 3 bytes long, 1 left
+		"field length cut":     {[]byte{1, 0, 0x80}, "a truncated field"},                 // the key's length, a varint cut short
+		"value length cut":     {[]byte{1, 0, 1, 'k', 0x80}, "a truncated field"},         // the value's length cut short
+		"header cut":           {[]byte{1, 0, 1, 'k', 1, 'v', 1}, "a truncated header"},   // a second change of one byte
+		"key missing":          {[]byte{1, 0, 1, 'k', 1, 'v', 1, 0}, "a truncated field"}, // a second change of its header alone
+		"unknown kind":         {[]byte{9, 0, 1, 'k'}, "an unknown kind (9)"},
+		"namespace length cut": {[]byte{1, 4, 0x80}, "a truncated field"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.db")
@@ -595,35 +630,12 @@ func TestOpen_MalformedLogEntry(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Close()
-			var applied uint64
-			db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			db.View(func(tx *bolt.Tx) error {
-				applied = binary.BigEndian.Uint64(tx.Bucket([]byte("meta")).Get([]byte("wal")))
-				return nil
-			})
-			db.Close()
-			l, _, err := wal.Open(boltstore.WALPath(path))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Renumber(applied + 1); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Append(payload); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Sync(); err != nil {
-				t.Fatal(err)
-			}
-			l.Close()
-			if st, err := boltstore.Open(path, &boltstore.Options{NoSync: true}); !errors.Is(err, driver.ErrCorrupt) {
+			appendLogEntry(t, path, tc.payload)
+			if st, err := boltstore.Open(path, &boltstore.Options{NoSync: true}); !errors.Is(err, driver.ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 				if err == nil {
 					st.Close()
 				}
-				t.Fatalf("Open with a malformed log entry = %v; want ErrCorrupt", err)
+				t.Fatalf("Open with a malformed log entry = %v; want ErrCorrupt saying %q", err, tc.want)
 			}
 			if err := os.Remove(boltstore.WALPath(path)); err != nil {
 				t.Fatal(err)
@@ -634,4 +646,52 @@ func TestOpen_MalformedLogEntry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The writer's Open applies a log entry's state changes, each in its
+// namespace: puts (a namespace created by the first), and a delete, also
+// of a key in a namespace the file does not have (nothing to do).
+func TestOpen_LogStateChangesApplied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	s := openStoreAt(t, path)
+	if err := s.Put(context.Background(), newRecord("a", "t", "FAILED")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	const put, del, state = 1, 2, 4
+	appendLogEntry(t, path, []byte{
+		put, state, 2, 'n', 's', 1, 'k', 1, 'v',
+		put, state, 2, 'n', 's', 2, 'k', '2', 2, 'v', '2',
+		put, state, 2, 'n', 's', 1, 'x', 1, 'y',
+		del, state, 2, 'n', 's', 1, 'x',
+		del, state, 4, 'n', 'o', 'n', 'e', 1, 'k',
+	})
+	be, err := boltstore.Open(path, &boltstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.View(func(tx *bolt.Tx) error {
+		state := tx.Bucket([]byte("state"))
+		ns := state.Bucket([]byte("ns"))
+		if ns == nil {
+			t.Fatal("the namespace of the log's puts is missing")
+		}
+		got := map[string]string{}
+		ns.ForEach(func(k, v []byte) error { got[string(k)] = string(v); return nil })
+		if len(got) != 2 || got["k"] != "v" || got["k2"] != "v2" {
+			t.Errorf("the namespace holds %v; want k=v, k2=v2", got)
+		}
+		if state.Bucket([]byte("none")) != nil {
+			t.Error("a delete in a missing namespace created it")
+		}
+		return nil
+	})
 }

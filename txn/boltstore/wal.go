@@ -22,7 +22,7 @@ import (
 // reads ltx, under the same lock as the group, so it sees what the
 // groups synced so far, and nothing of a group before its sync.
 //
-// When the log has grown past checkpointBytes, the group that grew it
+// When the log has reached checkpointBytes, the group that grew it
 // ends with a checkpoint: ltx commits, as a bbolt update does (synced,
 // atomic), with the number of the log's last entry (keyWALApplied in the
 // meta bucket); the log is then emptied and a new ltx begins. Between
@@ -39,7 +39,7 @@ import (
 // WALPath is the write-ahead log of the database file at path.
 func WALPath(path string) string { return path + ".wal" }
 
-// checkpointBytes is the log's size past which a group ends with a
+// checkpointBytes is the log's size from which a group ends with a
 // checkpoint (a variable for tests, which checkpoint often).
 var checkpointBytes int64 = 8 << 20
 
