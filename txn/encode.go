@@ -177,13 +177,13 @@ func appendStr(b []byte, s string) []byte {
 	if len(s) >= 4 && len(s)%2 == 0 {
 		n := len(b)
 		b = binary.AppendUvarint(b, uint64(len(s)/2)<<2|strHex)
-		var bad byte
+		var digits byte // the OR of the digits' values: notHex if one is not a digit
 		for i := 0; i < len(s); i += 2 {
 			hi, lo := unhexTab[s[i]], unhexTab[s[i+1]]
-			bad |= hi | lo
+			digits |= hi | lo
 			b = append(b, hi<<4|lo)
 		}
-		if bad < 16 {
+		if digits != notHex {
 			return b
 		}
 		b = b[:n] // not lowercase hex: stored raw
@@ -192,11 +192,16 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// notHex is what unhexTab maps a byte that is not a lowercase hex digit
+// to: all bits set, so that the OR of the values of a string's bytes is
+// notHex exactly when one of them is not a digit.
+const notHex = 0xff
+
 // unhexTab maps a lowercase hex digit to its value and anything else to
-// 0xff.
+// notHex.
 var unhexTab = func() (t [256]byte) {
 	for i := range t {
-		t[i] = 0xff
+		t[i] = notHex
 	}
 	for c := '0'; c <= '9'; c++ {
 		t[c] = byte(c - '0')
@@ -216,13 +221,13 @@ func uuidBytes(s string) (u [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return u, false
 	}
-	var bad byte
+	var digits byte
 	for j, i := range uuidHex {
 		hi, lo := unhexTab[s[i]], unhexTab[s[i+1]]
-		bad |= hi | lo
+		digits |= hi | lo
 		u[j] = hi<<4 | lo
 	}
-	return u, bad < 16
+	return u, digits != notHex
 }
 
 func appendStrs(b []byte, ss []string) []byte {

@@ -90,3 +90,32 @@ func TestParseRecord_HugeCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRecord_CutNamesTheField: a record cut short is malformed, and
+// the error names the field the bytes ran out in: inside the attempt's
+// varint, or right after a count of no transitions (the capabilities that
+// follow are what is missing, not a transition).
+func TestParseRecord_CutNamesTheField(t *testing.T) {
+	head := appendStr([]byte{recordTagMore}, "x") // ExecutionID
+	for range 2 {
+		head = appendStr(head, "") // CallID, TraceID
+	}
+	attempt := binary.AppendVarint(nil, 300) // two bytes
+	withAttempt := append(bytes.Clone(head), attempt...)
+	for range 4 {
+		withAttempt = appendStr(withAttempt, "s") // ToolID, ToolVersion, Principal, State
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"before the attempt", head, "malformed attempt"},
+		{"inside the attempt", append(bytes.Clone(head), attempt[0]), "malformed attempt"},
+		{"after no transitions", binary.AppendUvarint(bytes.Clone(withAttempt), 1), "malformed capabilities"},
+	} {
+		if _, err := parseRecord(tc.b); err == nil || err.Error() != tc.want {
+			t.Errorf("cut %s: %v; want %q", tc.name, err, tc.want)
+		}
+	}
+}

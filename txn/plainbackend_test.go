@@ -330,3 +330,57 @@ func TestStore_NodeLivePostgres(t *testing.T) {
 		t.Errorf("NodeLive after Close = %v; want ErrClosed", err)
 	}
 }
+
+// asks is a plain backend with leases (its own run is "me/1"; every other
+// run's lease holds) that counts the pages and the leases it is asked for.
+type asks struct {
+	plain
+	pages, lives int
+}
+
+func (a *asks) StatePage(ctx context.Context, namespace, after string, n int) ([]driver.Entry, error) {
+	a.pages++
+	return a.plain.StatePage(ctx, namespace, after, n)
+}
+func (*asks) Node() string                  { return "me" }
+func (*asks) NodeRun() string               { return "me/1" }
+func (*asks) LeaseErr() error               { return nil }
+func (*asks) OnSweep(func(context.Context)) {}
+func (a *asks) NodeLive(context.Context, string) (bool, error) {
+	a.lives++
+	return true, nil
+}
+
+// The Store asks its backend only what it must: a page of no entries (n of
+// 0 or less) is empty without a read, and no run, this store's own run
+// and its own node are not live without asking whose lease holds.
+func TestStore_AsksTheBackendOnlyWhatItMust(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	be, err := boltstore.Open(path, &boltstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &asks{plain: plain{be}}
+	s := txn.NewStore(a, path)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if err := s.PutState(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, -1} {
+		if page, err := s.StatePage(ctx, "ns", "", n); err != nil || len(page) != 0 || a.pages != 0 {
+			t.Errorf("a page of %d: %v, %v after %d reads; want none, no read", n, page, err, a.pages)
+		}
+	}
+	if page, err := s.StatePage(ctx, "ns", "", 1); err != nil || len(page) != 1 || a.pages != 1 {
+		t.Errorf("a page of 1: %v, %v after %d reads; want one entry, one read", page, err, a.pages)
+	}
+	for _, run := range []string{"", "me/1", "me"} {
+		if live, err := s.NodeLive(ctx, run); live || err != nil || a.lives != 0 {
+			t.Errorf("NodeLive(%q) = %v, %v after %d asks; want false, without asking", run, live, err, a.lives)
+		}
+	}
+	if live, err := s.NodeLive(ctx, "other/2"); !live || err != nil || a.lives != 1 {
+		t.Errorf("NodeLive of another run = %v, %v after %d asks; want true, from the backend", live, err, a.lives)
+	}
+}

@@ -1,6 +1,9 @@
 package txn
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // bufPool recycles the buffers of encoded records and audit groups. They
 // are garbage as soon as the update that stored them has committed (bbolt
@@ -16,10 +19,7 @@ const maxPooled = 64 << 10
 // capacity. Store the grown slice back in *p before putBuf(p).
 func getBuf(n int) *[]byte {
 	p := bufPool.Get().(*[]byte)
-	if cap(*p) < n {
-		*p = make([]byte, 0, n)
-	}
-	*p = (*p)[:0]
+	*p = slices.Grow((*p)[:0], n)
 	return p
 }
 

@@ -1,6 +1,7 @@
 package txn
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -115,11 +116,12 @@ func (r *Record) validate() error {
 // encodeRecord validates r and returns its stored form.
 func encodeRecord(r *Record) ([]byte, error) {
 	p, data, err := encodeRecordBuf(r)
-	if p != nil {
-		data = append([]byte(nil), data...)
-		putBuf(p)
+	if err != nil {
+		return nil, err
 	}
-	return data, err
+	data = bytes.Clone(data)
+	putBuf(p)
+	return data, nil
 }
 
 // encodeRecordBuf is encodeRecord into a pooled buffer, which the caller

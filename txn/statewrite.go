@@ -97,7 +97,7 @@ func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 			es = nil
 		}
 	}
-	if len(own) > 0 {
+	if len(own) != 0 {
 		es = slices.DeleteFunc(es, func(e Entry) bool { _, ok := own[e.Key]; return ok })
 		for k, o := range own {
 			if !o.Deleted && strings.HasPrefix(k, prefix) {
@@ -106,8 +106,8 @@ func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 		}
 		slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	}
-	if limit > 0 && len(es) > limit {
-		es = es[:limit]
+	if limit > 0 {
+		es = es[:min(limit, len(es))]
 	}
 	return es
 }

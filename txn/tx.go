@@ -129,8 +129,8 @@ func (t *Tx) Scan(namespace, prefix string, limit int) ([]Entry, error) {
 		out = append(out, Entry{Key: k, Value: v})
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	if limit > 0 {
+		out = out[:min(limit, len(out))]
 	}
 	return out, nil
 }

@@ -154,7 +154,8 @@ type Records interface {
 // State stores the tool-visible state and the runtime's own.
 type State interface {
 	StateValue(ctx context.Context, namespace, key string) ([]byte, bool, error)
-	// StatePage returns up to n entries whose keys sort after after.
+	// StatePage returns up to n entries whose keys sort after after; n
+	// is at least 1 (the Store answers a page of fewer itself).
 	StatePage(ctx context.Context, namespace, after string, n int) ([]Entry, error)
 	// StateScan returns the entries under prefix, in key order.
 	StateScan(ctx context.Context, namespace, prefix string) ([]Entry, error)
