@@ -18,7 +18,7 @@ type Record struct {
 	ExecutionID  string           `json:"executionId"`
 	CallID       string           `json:"callId"`
 	TraceID      string           `json:"traceId,omitempty"` // the W3C trace id of the invocation, when traced
-	Attempt      int              `json:"attempt"`
+	Attempt      int              `json:"attempt"`           // the runtime counts from 1; the store takes 0, refuses a negative one
 	ToolID       string           `json:"toolId"`
 	ToolVersion  string           `json:"toolVersion"`
 	Principal    string           `json:"principal,omitempty"`

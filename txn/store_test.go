@@ -306,9 +306,11 @@ func TestStore_Put(t *testing.T) {
 		{"nil", nil, txn.ErrInvalidRecord},
 		{"empty id", with(func(r *txn.Record) { r.ExecutionID = "" }), txn.ErrInvalidRecord},
 		{"id too long", with(func(r *txn.Record) { r.ExecutionID = longID }), txn.ErrInvalidRecord},
+		{"id of MaxKeyLen", with(func(r *txn.Record) { r.ExecutionID = longID[1:] }), nil},
 		{"empty tool", with(func(r *txn.Record) { r.ToolID = "" }), txn.ErrInvalidRecord},
 		{"empty state", with(func(r *txn.Record) { r.State = "" }), txn.ErrInvalidRecord},
 		{"negative attempt", with(func(r *txn.Record) { r.Attempt = -1 }), txn.ErrInvalidRecord},
+		{"attempt 0", with(func(r *txn.Record) { r.Attempt = 0 }), nil},
 		{"output not JSON", with(func(r *txn.Record) { r.Output = json.RawMessage("{") }), txn.ErrInvalidRecord},
 	}
 	for _, tt := range tests {
