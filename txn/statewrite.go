@@ -97,7 +97,7 @@ func (v *StateView) Scan(namespace, prefix string, limit int) []Entry {
 			es = nil
 		}
 	}
-	if len(own) != 0 {
+	if len(own) > 0 {
 		es = slices.DeleteFunc(es, func(e Entry) bool { _, ok := own[e.Key]; return ok })
 		for k, o := range own {
 			if !o.Deleted && strings.HasPrefix(k, prefix) {
