@@ -461,10 +461,10 @@ func compareNames(a, b []byte) int {
 // nameRune decodes the first character of s, the rest of a canonical string
 // literal, and its length in s; 0 at the closing quote.
 func nameRune(s []byte) (rune, int) {
-	switch c := s[0]; {
-	case c == '"':
+	switch s[0] {
+	case '"':
 		return 0, 0
-	case c == '\\':
+	case '\\':
 		switch s[1] {
 		case 'b':
 			return '\b', 2
@@ -480,8 +480,6 @@ func nameRune(s []byte) (rune, int) {
 			return rune(unhex(s[4])<<4 | unhex(s[5])), 6
 		}
 		return rune(s[1]), 2 // '"' or '\\'
-	case c < utf8.RuneSelf:
-		return rune(c), 1
 	}
 	return utf8.DecodeRune(s)
 }
