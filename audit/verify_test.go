@@ -174,6 +174,12 @@ func TestVerifier_Tampered(t *testing.T) {
 		{"event made invalid JSON", func(es []entry) []kv { es[20].Event[0] = 'x'; return nil }, 21, "does not decode"},
 		{"event byte, first of a later group", func(es []entry) []kv { flip(es[10].Event, 50); return nil }, 11, "altered"},
 		{"prevHash byte", func(es []entry) []kv { es[8].PrevHash = flipHex(es[8].PrevHash); return nil }, 9, "chain is broken"},
+		// A second event numbered 1 that names the zero link as its
+		// predecessor is out of order, not a copy of the first event.
+		{"second event numbered 1 after the empty link", func(es []entry) []kv {
+			es[1].Seq, es[1].PrevHash = 1, strings.Repeat("0", 64)
+			return nil
+		}, 2, "out of order"},
 		// Before event 1 the chain's link is 32 zero bytes, but no event
 		// has that hash: event 2 naming it follows nothing that was stored.
 		{"second event follows the empty link", func(es []entry) []kv {
