@@ -56,16 +56,16 @@ func Hash(b []byte) (string, error) {
 }
 
 // invalidUTF8At returns the offset of the first byte of b that does not
-// start a valid UTF-8 sequence.
+// start a valid UTF-8 sequence (len(b) if there is none).
 func invalidUTF8At(b []byte) int {
-	for i := 0; i < len(b); {
+	i := 0
+	for {
 		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n == 1 {
+		if r == utf8.RuneError && n <= 1 { // n == 0: the end of b
 			return i
 		}
 		i += n
 	}
-	return len(b)
 }
 
 func notCanon(format string, args ...any) error {
@@ -117,13 +117,12 @@ func (e *encoder) run() error {
 // five times the final size on the way. Between checkpoints, out mostly
 // grows by less than 64 bytes.
 func (e *encoder) checkpoint() {
-	switch {
-	case e.sink != nil && e.open == 0 && len(e.out) >= flushAt:
+	if e.sink != nil && e.open == 0 && len(e.out) >= flushAt {
 		e.sink.Write(e.out)
 		e.out = e.out[:0]
-	case cap(e.out)-len(e.out) < 64:
-		e.out = grow(e.out, 64)
+		return
 	}
+	e.out = grow(e.out, 64)
 }
 
 // str writes the string literal at e.pos in its canonical form, without
@@ -146,15 +145,15 @@ func (e *encoder) str() error {
 		if e.pos >= len(e.data) {
 			return e.errorf("unterminated string")
 		}
-		switch c := e.data[e.pos]; {
-		case c == '"':
+		switch c := e.data[e.pos]; c {
+		case '"':
 			e.pos++
 			e.out = append(e.out, '"')
 			return nil
-		case c < 0x20:
+		case '\\': // an escape sequence, below
+		default:
 			return e.errorf("control character %#02x in string", c)
 		}
-		// An escape sequence.
 		if e.pos+1 >= len(e.data) {
 			return e.errorf("unterminated string")
 		}
@@ -203,25 +202,25 @@ func (e *encoder) value() error {
 	if e.pos >= len(e.data) {
 		return e.errorf("unexpected end of input")
 	}
-	switch c := e.data[e.pos]; {
-	case c == '{':
+	switch c := e.data[e.pos]; c {
+	case '{':
 		return e.object()
-	case c == '[':
+	case '[':
 		return e.array()
-	case c == '"':
+	case '"':
 		return e.str()
-	case c == '-' || ('0' <= c && c <= '9'):
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		f, err := e.number()
 		if err != nil {
 			return err
 		}
 		e.out = appendNumber(e.out, f)
 		return nil
-	case c == 't':
+	case 't':
 		return e.literal("true")
-	case c == 'f':
+	case 'f':
 		return e.literal("false")
-	case c == 'n':
+	case 'n':
 		return e.literal("null")
 	default:
 		return e.errorf("unexpected character %q", rune(c))
@@ -462,10 +461,10 @@ func compareNames(a, b []byte) int {
 // nameRune decodes the first character of s, the rest of a canonical string
 // literal, and its length in s; 0 at the closing quote.
 func nameRune(s []byte) (rune, int) {
-	switch c := s[0]; {
-	case c == '"':
+	switch s[0] {
+	case '"':
 		return 0, 0
-	case c == '\\':
+	case '\\':
 		switch s[1] {
 		case 'b':
 			return '\b', 2
@@ -481,8 +480,6 @@ func nameRune(s []byte) (rune, int) {
 			return rune(unhex(s[4])<<4 | unhex(s[5])), 6
 		}
 		return rune(s[1]), 2 // '"' or '\\'
-	case c < utf8.RuneSelf:
-		return rune(c), 1
 	}
 	return utf8.DecodeRune(s)
 }

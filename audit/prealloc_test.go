@@ -6,6 +6,9 @@ package audit
 // the canonical text; it bounds the allocations that Hash promises.
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"hash"
 	"strings"
 	"testing"
 )
@@ -99,5 +102,51 @@ func TestHash_ReusesRoom(t *testing.T) {
 	a100 := testing.AllocsPerRun(20, func() { Hash(many) })
 	if a100 > a1 {
 		t.Errorf("Hash allocates %v times for 100 objects, %v for one", a100, a1)
+	}
+}
+
+// writeLog is a hash that records the length of each write.
+type writeLog struct {
+	hash.Hash
+	writes []int
+}
+
+func (w *writeLog) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, len(p))
+	return w.Hash.Write(p)
+}
+
+// TestEncoder_FlushesAtFlushAt: with a sink, the canonical text goes to it
+// as soon as flushAt bytes of it wait and no object is open, in writes of
+// at least flushAt bytes (the last one excepted), and nothing is lost.
+func TestEncoder_FlushesAtFlushAt(t *testing.T) {
+	// "[" and the quote, then a run that fills out to flushAt exactly.
+	in := `["` + strings.Repeat("a", flushAt-2) + `","` + strings.Repeat("b", 3*flushAt) + `",` +
+		`{"z":"` + strings.Repeat("c", 2*flushAt) + `","a":1},1]`
+	sink := &writeLog{Hash: sha256.New()}
+	e := encoder{parser: parser{data: []byte(in)}, sink: sink}
+	if err := e.run(); err != nil {
+		t.Fatal(err)
+	}
+	sink.Write(e.out)
+	want, err := Canonicalize([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, w := sink.Sum(nil), sha256.Sum256(want); !bytes.Equal(got, w[:]) {
+		t.Fatalf("the sink hashed something else than the canonical form")
+	}
+	if len(sink.writes) < 3 || sink.writes[0] != flushAt {
+		t.Fatalf("writes %v: want the first of exactly %d bytes, then more", sink.writes, flushAt)
+	}
+	total := 0
+	for i, n := range sink.writes {
+		total += n
+		if i < len(sink.writes)-1 && n < flushAt {
+			t.Errorf("write %d of %v is %d bytes, less than %d", i, sink.writes, n, flushAt)
+		}
+	}
+	if total != len(want) {
+		t.Errorf("%d bytes written, the canonical form has %d", total, len(want))
 	}
 }

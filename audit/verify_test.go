@@ -174,6 +174,30 @@ func TestVerifier_Tampered(t *testing.T) {
 		{"event made invalid JSON", func(es []entry) []kv { es[20].Event[0] = 'x'; return nil }, 21, "does not decode"},
 		{"event byte, first of a later group", func(es []entry) []kv { flip(es[10].Event, 50); return nil }, 11, "altered"},
 		{"prevHash byte", func(es []entry) []kv { es[8].PrevHash = flipHex(es[8].PrevHash); return nil }, 9, "chain is broken"},
+		// A second event numbered 1 that names the zero link as its
+		// predecessor is out of order, not a copy of the first event.
+		{"second event numbered 1 after the empty link", func(es []entry) []kv {
+			es[1].Seq, es[1].PrevHash = 1, strings.Repeat("0", 64)
+			return nil
+		}, 2, "out of order"},
+		// Before event 1 the chain's link is 32 zero bytes, but no event
+		// has that hash: event 2 naming it follows nothing that was stored.
+		{"second event follows the empty link", func(es []entry) []kv {
+			es[1].PrevHash = strings.Repeat("0", 64)
+			return nil
+		}, 2, "chain is broken"},
+		// The first event says it follows another, and its hash agrees: the
+		// events before it were cut off. There is no event 0 to blame: the
+		// first event breaks the chain.
+		{"first event follows a cut-off one", func(es []entry) []kv {
+			var cut [32]byte
+			cut[0] = 7
+			es[0].PrevHash = hex.EncodeToString(cut[:])
+			h := audit.ChainHash(cut, es[0].Event)
+			es[0].Hash = hex.EncodeToString(h[:])
+			relink(es, 1)
+			return nil
+		}, 1, "chain is broken"},
 		{"hash byte", func(es []entry) []kv { es[8].Hash = flipHex(es[8].Hash); return nil }, 9, "altered"},
 		{"hash in upper case", func(es []entry) []kv { es[8].Hash = strings.ToUpper(es[8].Hash); return nil }, 9, "altered"},
 		{"key in another case", func(es []entry) []kv {
