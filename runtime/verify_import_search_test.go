@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/internal/testdb"
+	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/txn"
 )
 
