@@ -74,6 +74,7 @@ func Run(t *testing.T, b *Backend) {
 		{"AuditSearch", testAuditSearch},
 		{"WalkAndPages", testWalkAndPages},
 		{"SetClaimFails", testSetClaimFails},
+		{"AuditGroups", testAuditGroups},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
