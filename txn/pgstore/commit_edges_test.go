@@ -226,3 +226,115 @@ func TestPostgresGroupFailsBeforeCommit(t *testing.T) {
 	}
 	verifyChain(t, s, 2)
 }
+
+// A connection lost on every try: the group is tried again twice (three
+// tries in all), then its writes fail with ErrUnavailable, saying nothing
+// was written, rather than being retried for ever.
+func TestPostgresGroupConnectionLostEveryTry(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	var runs atomic.Int32
+	tooMany := errors.New("tried more than three times")
+	err := s.UpdateState(ctx, func(v *txn.StateView) error {
+		if runs.Add(1) > 3 {
+			return tooMany // ends a store that would try for ever
+		}
+		if err := endOtherSessions(dbURL); err != nil {
+			return err
+		}
+		v.Get("ns", "k")
+		return v.Put("ns", "k", []byte("never"))
+	}, ev("e"))
+	if !errors.Is(err, txn.ErrUnavailable) || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("a write whose connection is lost on every try = %v, want ErrUnavailable saying nothing was written", err)
+	}
+	if n := runs.Load(); n != 3 {
+		t.Fatalf("the guard ran %d times, want 3 (a try and two more)", n)
+	}
+	if v, found, err := s.StateValue(ctx, "ns", "k"); err != nil || found {
+		t.Fatalf("after the failed write: %q, %v, %v; want nothing", v, found, err)
+	}
+	verifyChain(t, s, 0)
+}
+
+// A write that fails in a way that aborts its group's transaction (here
+// an id already used, which the primary key finds) fails alone, wherever
+// it is in its group, first included: the others are redone without it.
+func TestPostgresGroupFirstWriteAborts(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	var fp atomic.Pointer[func(string) error]
+	s := openWithFailpoint(t, dbURL, &fp)
+	p := s.Driver().(*pgstore.Store)
+	if err := s.Put(ctx, newRecord("used", "tool", "DENIED")); err != nil {
+		t.Fatal(err)
+	}
+	// The committer holds a write at its commit until the two others are
+	// queued behind it, in order: the next group is [used, fresh].
+	release := make(chan struct{})
+	var held atomic.Bool
+	hook := func(step string) error {
+		if step == txn.StepCommit && held.CompareAndSwap(false, true) {
+			<-release
+		}
+		return nil
+	}
+	fp.Store(&hook)
+	errs := make([]chan error, 3)
+	for i := range errs {
+		errs[i] = make(chan error, 1)
+	}
+	go func() { errs[0] <- s.PutState(ctx, "ns", "first", nil) }()
+	waitFor(t, "the first write to reach its commit", held.Load)
+	go func() { errs[1] <- s.Put(ctx, newRecord("used", "tool", "DENIED"), ev("again")) }()
+	waitFor(t, "the used id to be queued", func() bool { return p.Queued() == 1 })
+	go func() { errs[2] <- s.Put(ctx, newRecord("fresh", "tool", "DENIED"), ev("fresh")) }()
+	waitFor(t, "the fresh id to be queued", func() bool { return p.Queued() == 2 })
+	close(release)
+	if err := <-errs[0]; err != nil {
+		t.Fatalf("the first write = %v", err)
+	}
+	if err := <-errs[1]; !errors.Is(err, txn.ErrExists) {
+		t.Fatalf("Put of a used id = %v, want ErrExists", err)
+	}
+	if err := <-errs[2]; err != nil {
+		t.Fatalf("Put of a fresh id grouped after a used one = %v, want it stored", err)
+	}
+	if r, err := s.Get(ctx, "fresh"); err != nil || r.State != "DENIED" {
+		t.Fatalf("the fresh record: %v, %v", r, err)
+	}
+	// A write that fails alone costs its group's transaction and no more
+	// (no empty one after it was taken out).
+	before := p.Batches()
+	if err := s.Put(ctx, newRecord("used", "tool", "DENIED")); !errors.Is(err, txn.ErrExists) {
+		t.Fatalf("Put of a used id = %v, want ErrExists", err)
+	}
+	if n := p.Batches() - before; n != 1 {
+		t.Fatalf("a write that failed alone ran %d transactions, want 1", n)
+	}
+	verifyChain(t, s, 1)
+}
+
+// An error before the commit that is not a lost connection (here a column
+// the store needs renamed) fails the group at once, ErrUnavailable saying
+// nothing was written: only a lost connection is tried again.
+func TestPostgresGroupStatementErrorNotRetried(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	s := openAt(t, dbURL)
+	p := s.Driver().(*pgstore.Store)
+	pgExec(t, dbURL, `ALTER TABLE toolgate_nodes RENAME COLUMN grp TO grp_renamed`)
+	before := p.Batches()
+	err := s.PutState(ctx, "ns", "k", []byte("v"))
+	if !errors.Is(err, txn.ErrUnavailable) || !strings.Contains(err.Error(), `column "grp" of relation "toolgate_nodes" does not exist; nothing was written`) {
+		t.Fatalf("a write whose statement fails = %v, want ErrUnavailable naming the cause", err)
+	}
+	if n := p.Batches() - before; n != 1 {
+		t.Fatalf("a write whose statement failed ran %d transactions, want 1 (not tried again)", n)
+	}
+	pgExec(t, dbURL, `ALTER TABLE toolgate_nodes RENAME COLUMN grp_renamed TO grp`)
+	if err := s.PutState(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Fatalf("the write after = %v", err)
+	}
+}
