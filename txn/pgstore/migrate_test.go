@@ -39,6 +39,11 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 	if _, err := c.Exec(ctx, `INSERT INTO toolgate_executions (id, executing, data) VALUES ('old', true, $1)`, data); err != nil {
 		t.Fatal(err)
 	}
+	// A reader does not upgrade it, and says so.
+	if _, err := txn.Open(dbURL, &txn.Options{ReadOnly: true}); !errors.Is(err, txn.ErrIncompatible) ||
+		!strings.Contains(err.Error(), "schema version 1, older than this build's 3: the first write (toolgate run, serve) upgrades it; read-only inspection does not") {
+		t.Fatalf("read-only Open of a version-1 database = %v, want ErrIncompatible saying a write upgrades it", err)
+	}
 	// An old writer runs: refused, nothing changed.
 	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgstore.WriterLock); err != nil {
 		t.Fatal(err)
