@@ -57,6 +57,7 @@ func TestPostgresNodesOnSweep(t *testing.T) {
 	dbURL := freshPostgres(t)
 	ctx := context.Background()
 	const lease = 300 * time.Millisecond
+	log := stdLog(t)
 
 	// A background sweep.
 	a := openNode(t, dbURL, "a", lease)
@@ -90,12 +91,68 @@ func TestPostgresNodesOnSweep(t *testing.T) {
 		t.Fatalf("c's run after registering again = %q (was %q); want a new run of c", c.NodeRun(), run)
 	}
 
+	// b swept without a word on the log: only a sweep that fails says so.
+	if strings.Contains(log.String(), "finishing the executions") {
+		t.Errorf("the log after sweeps that succeeded:\n%s", log.String())
+	}
+
 	r, err := txn.Open(dbURL, &txn.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	r.OnSweep(func(context.Context) { t.Error("a reader's sweep hook ran") })
+	if r.Node() != "" || r.NodeRun() != "" {
+		t.Errorf("a reader's Node, NodeRun = %q, %q; want none", r.Node(), r.NodeRun())
+	}
+	if err := r.Driver().(*pgstore.Store).LeaseErr(); !errors.Is(err, txn.ErrReadOnly) {
+		t.Errorf("a reader's LeaseErr = %v, want ErrReadOnly", err)
+	}
+}
+
+// NodeLive tells whether another run's lease holds: a bare node name or a
+// node's run ("name/run"). This store's own run and name, and "", are not
+// another's: false without asking.
+func TestPostgresNodesNodeLive(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	a := openNode(t, dbURL, "a", 0)
+	b := openNode(t, dbURL, "b", 0)
+	bRun := b.NodeRun()
+	pa := a.Driver().(*pgstore.Store)
+	for _, tc := range []struct {
+		run  string
+		live bool
+	}{
+		{"", false}, {"a", false}, {a.NodeRun(), false},
+		{"b", true}, {bRun, true}, {"b/" + strings.Repeat("0", 16), false}, {"c", false},
+	} {
+		if live, err := a.NodeLive(ctx, tc.run); err != nil || live != tc.live {
+			t.Errorf("a.NodeLive(%q) = %v, %v; want %v", tc.run, live, err, tc.live)
+		}
+		// The backend's own, under txn's.
+		if live, err := pa.NodeLive(ctx, tc.run); err != nil || live != tc.live {
+			t.Errorf("the backend's NodeLive(%q) = %v, %v; want %v", tc.run, live, err, tc.live)
+		}
+	}
+	// A clean Close ends the lease at once.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"b", bRun} {
+		if live, err := a.NodeLive(ctx, run); err != nil || live {
+			t.Errorf("a.NodeLive(%q) after b closed = %v, %v; want false", run, live, err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.NodeLive(ctx, "b"); !errors.Is(err, txn.ErrClosed) {
+		t.Errorf("NodeLive after Close = %v, want ErrClosed", err)
+	}
+	if _, err := pa.NodeLive(ctx, "b"); !errors.Is(err, txn.ErrClosed) {
+		t.Errorf("the backend's NodeLive after Close = %v, want ErrClosed", err)
+	}
 }
 
 // A lease Open cannot use (negative, shorter than MinLease) fails Open,
@@ -128,4 +185,25 @@ func TestPostgresOpenLeaseRefused(t *testing.T) {
 		t.Fatalf("pgstore.Open with lease MinLease = %v", err)
 	}
 	p.Close()
+}
+
+// A node whose lease row is gone (swept, or deleted by an operator) before
+// its next renewal: its writes that need no lease go on; its claims are
+// refused with ErrLeaseLost, as the database says its lease does not hold.
+func TestPostgresNodesRowGone(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	a := openNode(t, dbURL, "a", time.Hour) // no renewal during the test
+	pgExec(t, dbURL, `DELETE FROM toolgate_nodes WHERE node = 'a'`)
+	if err := a.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte("v")) }, ev("e")); err != nil {
+		t.Fatalf("a write needing no lease, the node's row gone = %v", err)
+	}
+	if err := a.Put(ctx, newRecord("final", "tool", "DENIED")); err != nil {
+		t.Fatalf("a final record, the node's row gone = %v", err)
+	}
+	if _, err := a.Begin(ctx, newRecord("x", "tool", "EXECUTING")); !errors.Is(err, txn.ErrLeaseLost) ||
+		!strings.HasSuffix(err.Error(), "node a starts no execution until it is renewed (it was not renewed in time)") {
+		t.Fatalf("Begin, the node's row gone = %v, want ErrLeaseLost", err)
+	}
+	verifyChain(t, a, 1)
 }
