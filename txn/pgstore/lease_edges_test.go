@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/toolgate/toolgate/txn"
 	"github.com/toolgate/toolgate/txn/pgstore"
 )
@@ -206,4 +207,68 @@ func TestPostgresNodesRowGone(t *testing.T) {
 		t.Fatalf("Begin, the node's row gone = %v, want ErrLeaseLost", err)
 	}
 	verifyChain(t, a, 1)
+}
+
+// A node's sweep of its own orphaned claims (those no Tx of this run
+// holds) never takes a claim whose Tx is live: after its Begin, and after
+// a Commit that failed (a conflict: the Tx stays active), until the Tx
+// ends.
+func TestPostgresNodesOwnLiveClaimNotSwept(t *testing.T) {
+	dbURL := freshPostgres(t)
+	ctx := context.Background()
+	a := openNode(t, dbURL, "a", time.Hour)
+	if _, err := a.Recover(ctx, interrupted); err != nil {
+		t.Fatal(err)
+	}
+	pa := a.Driver().(*pgstore.Store)
+	sweep := func(when string) {
+		t.Helper()
+		done, err := pgstore.Sweep(pa)
+		var ids []string
+		for _, c := range done {
+			ids = append(ids, c.ID)
+		}
+		if err != nil || len(done) != 0 {
+			t.Fatalf("the sweep %s finished %q, %v; want none", when, ids, err)
+		}
+	}
+	x, err := a.Begin(ctx, newRecord("x", "tool", "EXECUTING"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweep("after Begin")
+	x.Get("ns", "k")
+	if err := x.Put("ns", "k", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PutState(ctx, "ns", "k", []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(ctx, newRecord("x", "tool", "COMMITTED")); !errors.Is(err, txn.ErrConflict) {
+		t.Fatalf("Commit after its read changed = %v, want ErrConflict", err)
+	}
+	sweep("after a failed Commit")
+	if err := x.Rollback(ctx, newRecord("x", "tool", "ROLLED_BACK")); err != nil {
+		t.Fatalf("Rollback after the sweep = %v", err)
+	}
+	// A claim of this node that no Tx holds is an orphan: swept.
+	if _, err := a.Begin(ctx, newRecord("y", "tool", "EXECUTING")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := txn.EncodeRecord(newRecord("orphan", "tool", "EXECUTING"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `INSERT INTO toolgate_executions (id, executing, data, node) VALUES ('orphan', true, $1, 'a')`, data); err != nil {
+		t.Fatal(err)
+	}
+	done, err := pgstore.Sweep(pa)
+	if err != nil || len(done) != 1 || done[0].ID != "orphan" {
+		t.Fatalf("the sweep of an orphan = %v, %v; want it alone", done, err)
+	}
 }
