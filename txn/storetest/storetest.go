@@ -75,6 +75,7 @@ func Run(t *testing.T, b *Backend) {
 		{"WalkAndPages", testWalkAndPages},
 		{"SetClaimFails", testSetClaimFails},
 		{"AuditGroups", testAuditGroups},
+		{"ManyWrites", testManyWrites},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
