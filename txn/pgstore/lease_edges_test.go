@@ -3,6 +3,9 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -270,5 +273,66 @@ func TestPostgresNodesOwnLiveClaimNotSwept(t *testing.T) {
 	done, err := pgstore.Sweep(pa)
 	if err != nil || len(done) != 1 || done[0].ID != "orphan" {
 		t.Fatalf("the sweep of an orphan = %v, %v; want it alone", done, err)
+	}
+}
+
+// Open under a node name whose lease another run holds: a run on another
+// host, or one whose holder it cannot read, is waited for (Options.
+// Timeout) and then refused, ErrLocked naming the holder; a run on this
+// host whose process is gone is taken over at once.
+func TestPostgresNodesTakeOver(t *testing.T) {
+	dbURL := freshPostgres(t)
+	openNode(t, dbURL, "setup", 0) // the schema
+	host, _ := os.Hostname()
+	// A pid that is gone: a child that has exited and been reaped.
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := cmd.Process.Pid
+	for _, tc := range []struct {
+		holder string
+		taken  bool
+	}{
+		{"host other-" + host + " pid 1 run abc", false},
+		{"garbage", false},
+		{"host " + host + " pid 1 run abc", false}, // init: alive
+		{fmt.Sprintf("host %s pid %d run abc", host, dead), true},
+		// This process, a run of no open store: an earlier run in a
+		// restarted container (the same pid again).
+		{fmt.Sprintf("host %s pid %d run abc", host, os.Getpid()), true},
+	} {
+		pgExec(t, dbURL, `DELETE FROM toolgate_nodes WHERE node = 'n'`)
+		pgExec(t, dbURL, `INSERT INTO toolgate_nodes (node, instance, holder, started, expires)
+			VALUES ('n', 'abc', '`+tc.holder+`', clock_timestamp(), clock_timestamp() + interval '1 hour')`)
+		start := time.Now()
+		p, err := pgstore.Open(dbURL, &pgstore.Options{NoSync: true, Node: "n", Timeout: 300 * time.Millisecond})
+		if tc.taken {
+			if err != nil {
+				t.Errorf("Open of a node held by %q = %v; want it taken over", tc.holder, err)
+				continue
+			}
+			p.Close()
+			continue
+		}
+		if err == nil {
+			p.Close()
+			t.Errorf("Open of a node held by %q succeeded; want ErrLocked", tc.holder)
+			continue
+		}
+		if !errors.Is(err, txn.ErrLocked) || !strings.Contains(err.Error(), "node n is running ("+tc.holder+", its lease renewed until ") {
+			t.Errorf("Open of a node held by %q = %v; want ErrLocked naming the holder", tc.holder, err)
+		}
+		if waited := time.Since(start); waited < 300*time.Millisecond {
+			t.Errorf("Open of a node held by %q gave up after %v; want it to wait its timeout", tc.holder, waited)
+		}
+	}
+	// A store of this process holds it: a twin, refused.
+	openNode(t, dbURL, "twin", 0)
+	if p, err := pgstore.Open(dbURL, &pgstore.Options{NoSync: true, Node: "twin", Timeout: 300 * time.Millisecond}); !errors.Is(err, txn.ErrLocked) {
+		if err == nil {
+			p.Close()
+		}
+		t.Errorf("Open of a node an open store of this process holds = %v, want ErrLocked", err)
 	}
 }
