@@ -203,6 +203,22 @@ func TestPostgresGroupFailsBeforeCommit(t *testing.T) {
 	if err := tx.Put("ns", "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
+	// A failure before a claim is stored: the Begin fails, nothing stored.
+	claimFails := errors.New("injected before the claim")
+	claimHook := func(step string) error {
+		if step == txn.StepClaim {
+			return claimFails
+		}
+		return nil
+	}
+	fp.Store(&claimHook)
+	if _, err := s.Begin(ctx, newRecord("y", "tool", "EXECUTING"), ev("y")); !errors.Is(err, claimFails) {
+		t.Fatalf("Begin with a failure before the claim = %v, want the injected error", err)
+	}
+	fp.Store(nil)
+	if r, err := s.Get(ctx, "y"); !errors.Is(err, txn.ErrNotFound) {
+		t.Fatalf("after the failed Begin: %v, %v; want no record", r, err)
+	}
 	injected := errors.New("injected before the commit")
 	hook := func(step string) error {
 		if step == txn.StepCommit {
