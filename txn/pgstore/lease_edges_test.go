@@ -335,4 +335,15 @@ func TestPostgresNodesTakeOver(t *testing.T) {
 		}
 		t.Errorf("Open of a node an open store of this process holds = %v, want ErrLocked", err)
 	}
+	// Without a Timeout, Open waits DefaultTimeout.
+	start := time.Now()
+	if p, err := pgstore.Open(dbURL, &pgstore.Options{NoSync: true, Node: "twin"}); !errors.Is(err, txn.ErrLocked) {
+		if err == nil {
+			p.Close()
+		}
+		t.Errorf("Open of a node held, no Timeout = %v, want ErrLocked", err)
+	}
+	if waited := time.Since(start); waited < pgstore.DefaultTimeout {
+		t.Errorf("Open of a node held, no Timeout, gave up after %v; want it to wait DefaultTimeout (%v)", waited, pgstore.DefaultTimeout)
+	}
 }
