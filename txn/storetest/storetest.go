@@ -76,6 +76,7 @@ func Run(t *testing.T, b *Backend) {
 		{"SetClaimFails", testSetClaimFails},
 		{"AuditGroups", testAuditGroups},
 		{"ManyWrites", testManyWrites},
+		{"StateScanPrefixes", testStateScanPrefixes},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
