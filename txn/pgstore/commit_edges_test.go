@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/toolgate/toolgate/txn"
@@ -252,13 +253,20 @@ func TestPostgresGroupConnectionLostEveryTry(t *testing.T) {
 	s := openAt(t, dbURL)
 	var runs atomic.Int32
 	tooMany := errors.New("tried more than three times")
+	var ended [3]time.Time // when each try's connection was ended
+	var gaps []time.Duration
 	err := s.UpdateState(ctx, func(v *txn.StateView) error {
-		if runs.Add(1) > 3 {
+		n := runs.Add(1)
+		if n > 3 {
 			return tooMany // ends a store that would try for ever
+		}
+		if n > 1 {
+			gaps = append(gaps, time.Since(ended[n-2]))
 		}
 		if err := endOtherSessions(dbURL); err != nil {
 			return err
 		}
+		ended[n-1] = time.Now()
 		v.Get("ns", "k")
 		return v.Put("ns", "k", []byte("never"))
 	}, ev("e"))
@@ -268,6 +276,11 @@ func TestPostgresGroupConnectionLostEveryTry(t *testing.T) {
 	}
 	if n := runs.Load(); n != 3 {
 		t.Fatalf("the guard ran %d times, want 3 (a try and two more)", n)
+	}
+	// A pause before each new try (50ms, then 100ms): a restarting server
+	// is given time rather than a burst of connections.
+	if len(gaps) != 2 || gaps[0] < 50*time.Millisecond || gaps[1] < 100*time.Millisecond {
+		t.Fatalf("the tries came %v after the connection was lost; want pauses of at least 50ms, then 100ms", gaps)
 	}
 	if v, found, err := s.StateValue(ctx, "ns", "k"); err != nil || found {
 		t.Fatalf("after the failed write: %q, %v, %v; want nothing", v, found, err)
