@@ -173,6 +173,8 @@ type AuditLog interface {
 	AuditHead(ctx context.Context) (uint64, error)
 	// AuditGroups calls fn with the stored groups (first seq, JSON array),
 	// from the one holding seq from on, in order, until fn returns false.
+	// From past the head, which no group holds, it delivers the last group
+	// or nothing, never an earlier one (storetest's AuditGroups).
 	AuditGroups(ctx context.Context, from uint64, fn func(seq uint64, group []byte) (bool, error)) error
 }
 

@@ -3,9 +3,11 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/txn"
 	"github.com/toolgate/toolgate/txn/pgstore"
@@ -45,16 +47,86 @@ func TestDescribe_Nodes(t *testing.T) {
 func TestOpen_LeaseFromEnvironment(t *testing.T) {
 	url := freshPostgres(t)
 	for _, tc := range []struct {
-		env string
-		ok  bool
-	}{{"soon", false}, {"0s", false}, {"-1s", false}, {"10ms", false}, {"100ms", true}, {"20s", true}} {
+		env  string
+		ok   bool
+		want string // what the error says
+	}{
+		{"soon", false, `TOOLGATE_LEASE="soon": want a positive duration such as 15s`},
+		{"0s", false, `TOOLGATE_LEASE="0s": want a positive duration such as 15s`},
+		{"-1s", false, `TOOLGATE_LEASE="-1s": want a positive duration such as 15s`},
+		{"10ms", false, `TOOLGATE_LEASE="10ms": at least 100ms`},
+		{"99999us", false, `TOOLGATE_LEASE="99999us": at least 100ms`},
+		{"100ms", true, ""},
+		{"20s", true, ""},
+	} {
 		t.Setenv("TOOLGATE_LEASE", tc.env)
 		s, err := pgstore.Open(url, &pgstore.Options{NoSync: true, Node: "env"})
 		if err == nil {
 			s.Close()
 		}
-		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "TOOLGATE_LEASE") {
-			t.Errorf("TOOLGATE_LEASE=%q: Open = %v; want ok %v", tc.env, err, tc.ok)
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("TOOLGATE_LEASE=%q: Open = %v; want ok %v, or an error saying %q", tc.env, err, tc.ok, tc.want)
 		}
+	}
+	// Options.Lease, when set, wins over it.
+	t.Setenv("TOOLGATE_LEASE", "soon")
+	s, err := pgstore.Open(url, &pgstore.Options{NoSync: true, Node: "env", Lease: time.Second})
+	if err != nil {
+		t.Fatalf("Open with Options.Lease and a bad TOOLGATE_LEASE = %v", err)
+	}
+	s.Close()
+}
+
+// A node's name: at most 200 bytes, no control characters (below a space,
+// and DEL). Without one (Options.Node, $TOOLGATE_NODE), each run is a node
+// of its own, named after the host and the run.
+func TestCheckNode(t *testing.T) {
+	for _, tc := range []struct {
+		node string
+		ok   bool
+	}{
+		{"", true}, {"a", true}, {"node 1/é", true}, {" ~", true}, {strings.Repeat("n", 200), true},
+		{strings.Repeat("n", 201), false}, {"a\nb", false}, {"a\x1f", false}, {"\x00", false}, {"a\x7f", false},
+	} {
+		err := pgstore.CheckNode(tc.node)
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "at most 200 bytes, without control characters") {
+			t.Errorf("CheckNode(%q) = %v; want ok %v", tc.node, err, tc.ok)
+		}
+	}
+}
+
+func TestOpen_NodeName(t *testing.T) {
+	url := freshPostgres(t)
+	host, _ := os.Hostname()
+	t.Setenv("TOOLGATE_NODE", "")
+	s, err := pgstore.Open(url, &pgstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := s.NodeRun()
+	s.Close()
+	if !regexp.MustCompile(`^`+regexp.QuoteMeta(host)+`-[0-9a-f]{8}/[0-9a-f]{16}$`).MatchString(run) || !strings.HasPrefix(run[len(host)+10:], run[len(host)+1:len(host)+9]) {
+		t.Errorf("NodeRun of a store without a node name = %q; want HOST-RUN8/RUN, its run's first 8 digits in its name", run)
+	}
+	t.Setenv("TOOLGATE_NODE", "from-env")
+	s, err = pgstore.Open(url, &pgstore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Node() != "from-env" {
+		t.Errorf("Node with $TOOLGATE_NODE set = %q", s.Node())
+	}
+	s.Close()
+	s, err = pgstore.Open(url, &pgstore.Options{NoSync: true, Node: "opt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Node() != "opt" {
+		t.Errorf("Node with Options.Node and $TOOLGATE_NODE set = %q, want Options.Node's", s.Node())
+	}
+	s.Close()
+	t.Setenv("TOOLGATE_NODE", "bad\x01")
+	if _, err := pgstore.Open(url, &pgstore.Options{NoSync: true}); err == nil || !strings.HasPrefix(err.Error(), `txn: TOOLGATE_NODE: node name "bad\x01"`) {
+		t.Errorf("Open with a bad $TOOLGATE_NODE = %v, want an error naming it", err)
 	}
 }

@@ -102,6 +102,13 @@ func newLease(opts *Options) (*pgLease, error) {
 		return nil, fmt.Errorf("txn: TOOLGATE_NODE: %s", strings.TrimPrefix(err.Error(), "txn: "))
 	}
 	lease := opts.Lease
+	if lease != 0 {
+		// txn.Options.Validate checked it; pgstore.Open is called directly
+		// too, and a lease under zero would stop the renewal's ticker.
+		if err := CheckLease(lease); err != nil {
+			return nil, err
+		}
+	}
 	if lease == 0 {
 		if v := os.Getenv("TOOLGATE_LEASE"); v != "" {
 			d, err := time.ParseDuration(v)

@@ -39,6 +39,11 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 	if _, err := c.Exec(ctx, `INSERT INTO toolgate_executions (id, executing, data) VALUES ('old', true, $1)`, data); err != nil {
 		t.Fatal(err)
 	}
+	// A reader does not upgrade it, and says so.
+	if _, err := txn.Open(dbURL, &txn.Options{ReadOnly: true}); !errors.Is(err, txn.ErrIncompatible) ||
+		!strings.Contains(err.Error(), "schema version 1, older than this build's 3: the first write (toolgate run, serve) upgrades it; read-only inspection does not") {
+		t.Fatalf("read-only Open of a version-1 database = %v, want ErrIncompatible saying a write upgrades it", err)
+	}
 	// An old writer runs: refused, nothing changed.
 	if _, err := c.Exec(ctx, `SELECT pg_advisory_lock($1)`, pgstore.WriterLock); err != nil {
 		t.Fatal(err)
@@ -69,5 +74,34 @@ func TestPostgresMigrateFromVersion1(t *testing.T) {
 	var found int
 	if err := s.AuditSearch(ctx, "new", 0, 1<<62, func(txn.AuditEntry) bool { found++; return false }); err != nil || found != 1 {
 		t.Fatalf("AuditSearch found %d, %v", found, err)
+	}
+}
+
+// A database holding a table of toolgate's name that toolgate did not
+// make: creating the schema fails, saying why, and leaves nothing of it
+// (one transaction). A schema version that cannot be read fails a reader,
+// saying so.
+func TestPostgresMigrateConflictingTable(t *testing.T) {
+	dbURL := freshPostgres(t)
+	pgExec(t, dbURL, `CREATE TABLE toolgate_state (something int)`)
+	_, err := txn.Open(dbURL, nil)
+	if err == nil || !strings.Contains(err.Error(), `create or migrate the schema: relation "toolgate_state" already exists`) {
+		t.Fatalf("Open of a database with a table of toolgate's name = %v", err)
+	}
+	pgExec(t, dbURL, `DO $$ BEGIN
+		IF to_regclass('toolgate_meta') IS NOT NULL OR to_regclass('toolgate_executions') IS NOT NULL THEN
+			RAISE EXCEPTION 'a failed schema creation left tables';
+		END IF; END $$`)
+
+	pgExec(t, dbURL, `DROP TABLE toolgate_state; CREATE TABLE toolgate_meta (key text PRIMARY KEY, value text NOT NULL);
+		INSERT INTO toolgate_meta VALUES ('schema', 'three')`)
+	for _, ro := range []bool{true, false} {
+		_, err = txn.Open(dbURL, &txn.Options{ReadOnly: ro})
+		if err == nil || errors.Is(err, txn.ErrIncompatible) {
+			t.Errorf("Open (read-only %v) of a database whose schema version is %q = %v; want an error reading it", ro, "three", err)
+		}
+	}
+	if _, err = txn.Open(dbURL, &txn.Options{ReadOnly: true}); err == nil || !strings.Contains(err.Error(), ": read the schema version: ") {
+		t.Errorf("read-only Open of an unreadable schema version = %v; want it to say so", err)
 	}
 }

@@ -90,7 +90,8 @@ type Options struct {
 	NoSync bool
 	// ReadOnly opens an existing schema for inspection: no lease.
 	ReadOnly bool
-	// Node, Lease and Logger are txn.Options' (see there).
+	// Node, Lease and Logger are txn.Options' (see there); Open refuses
+	// a Lease that CheckLease refuses, as txn.Open does.
 	Node   string
 	Lease  time.Duration
 	Logger *slog.Logger

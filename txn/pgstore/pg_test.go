@@ -120,14 +120,19 @@ func TestPostgresTamperedHeadRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, tamper := range []string{
-		`UPDATE toolgate_audit_head SET seq = 3`,
-		`DELETE FROM toolgate_audit_head`,
+	for _, tc := range []struct{ tamper, want string }{
+		{`UPDATE toolgate_audit_head SET seq = 3`, "tampered"},
+		// The schema checks the hash's length too: one who drops the check.
+		{`ALTER TABLE toolgate_audit_head DROP CONSTRAINT toolgate_audit_head_hash_check;
+			UPDATE toolgate_audit_head SET seq = 6, hash = '\x00'`, "audit head hash is 1 bytes"},
+		{`UPDATE toolgate_audit_head SET seq = -1, hash = decode(repeat('00', 32), 'hex')`, "the audit log's head records -1 entries but a group starts at entry 5; it was tampered with"},
+		{`DELETE FROM toolgate_audit_head`, "the audit log's head is missing; it was tampered with"},
 	} {
+		tamper := tc.tamper
 		pgExec(t, dbURL, tamper)
 		err := s.UpdateState(ctx, func(v *txn.StateView) error { return v.Put("ns", "k", []byte("x")) }, ev("g"))
-		if !errors.Is(err, txn.ErrCorrupt) || !strings.Contains(err.Error(), "tampered") {
-			t.Fatalf("after %q: write = %v, want ErrCorrupt", tamper, err)
+		if !errors.Is(err, txn.ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("after %q: write = %v, want ErrCorrupt saying %q", tamper, err, tc.want)
 		}
 		if v, _, _ := s.StateValue(ctx, "ns", "k"); string(v) != "\x02" {
 			t.Fatalf("after %q: a refused write wrote %q", tamper, v)

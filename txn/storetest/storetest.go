@@ -74,6 +74,9 @@ func Run(t *testing.T, b *Backend) {
 		{"AuditSearch", testAuditSearch},
 		{"WalkAndPages", testWalkAndPages},
 		{"SetClaimFails", testSetClaimFails},
+		{"AuditGroups", testAuditGroups},
+		{"ManyWrites", testManyWrites},
+		{"StateScanPrefixes", testStateScanPrefixes},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
