@@ -18,11 +18,9 @@ func (p *Store) AuditRaw(ctx context.Context, fn func(key, value []byte) error) 
 		return p.readErr(ctx, err)
 	}
 	defer rows.Close()
-	for n := 1; rows.Next(); n++ {
-		if n%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+	for rows.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		var k, v []byte
 		if err := rows.Scan(&k, &v); err != nil {
