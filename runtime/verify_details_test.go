@@ -1,12 +1,16 @@
 package runtime_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
@@ -90,5 +94,60 @@ func TestVerifyExecution_DetailsNamePositionsAndDurations(t *testing.T) {
 				t.Fatalf("detail %q; want it to say %q", ds[0].Detail, tc.detail)
 			}
 		})
+	}
+}
+
+// A discrepancy in an intent's refused requests names the first that
+// differs by its place among them, sorted by time, then by who made it,
+// counted from 1, with what the store and the audit log say of it.
+func TestVerifyIntent_DetailNamesTheRefusedRequest(t *testing.T) {
+	testdb.BboltOnly(t, whyTamper)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	in, err := rt.Propose(ctx, tgruntime.Invocation{Tool: "test.echo", Input: json.RawMessage(`{"msg":"x"}`), Principal: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"p1", "p2"} {
+		if _, err := rt.Execute(ctx, tgruntime.Invocation{IntentID: in.ID, IntentHash: in.Hash, Principal: p}); intentCode(err) != "intent_pending" {
+			t.Fatalf("%s: %v; want intent_pending", p, err)
+		}
+	}
+	rt.Close(ctx)
+	edited := 0
+	tamper(t, path, func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("state")).Bucket([]byte("toolgate.intent.refusals"))
+		type kv struct{ k, v []byte }
+		var edits []kv
+		if err := b.ForEach(func(k, v []byte) error {
+			var m map[string]any
+			if err := json.Unmarshal(v, &m); err != nil {
+				return err
+			}
+			if strings.HasPrefix(string(k), in.ID+"/") && m["principal"] == "p2" {
+				m["principal"] = "p3"
+				nv, _ := json.Marshal(m)
+				edits = append(edits, kv{bytes.Clone(k), nv})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, e := range edits {
+			if err := b.Put(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		edited = len(edits)
+		return nil
+	})
+	if edited != 1 {
+		t.Fatalf("edited %d refusals of p2; want 1", edited)
+	}
+	want := `refused request 2 (intent_pending by "p3") differs from the audit log's (intent_pending by "p2")`
+	ds := discrepancies(t, path)
+	if len(ds) != 1 || ds[0].ID != in.ID || ds[0].Field != "refusals" || ds[0].Detail != want {
+		t.Fatalf("reported %v; want intent %s refusals: %s", ds, in.ID, want)
 	}
 }
