@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/toolgate/toolgate/audit"
 	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
 	"github.com/toolgate/toolgate/tools"
+	"github.com/toolgate/toolgate/txn"
 )
 
 // An approved intent whose proposal and approval cannot be read from the
@@ -76,5 +80,51 @@ func TestIntent_ApprovalOnADamagedAuditLogRefused(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "the audit log is damaged: ") || !strings.Contains(msg, "it was not run") {
 		t.Fatalf("the refusal %q does not say that the audit log is damaged", msg)
+	}
+}
+
+// VerifyRecords reads the log in pages of 4096 entries, each check to its
+// end: events after the first page prove their records and keys like any
+// other. Here 4200 events that name no execution come first, then a keyed
+// call's events, then a record stored without events: only that record is
+// reported.
+func TestVerifyRecords_LogOfManyPages(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "toolgate.db")
+	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
+	store := tgruntime.StoreOf(rt)
+	fillers := make([]txn.AuditEvent, 4200)
+	now := time.Now().UnixMilli()
+	for i := range fillers {
+		e := audit.Event{EventID: fmt.Sprintf("filler-%d", i), Timestamp: now, ToolID: "test.filler", ToolVersion: "1.0.0"}
+		fillers[i] = txn.AuditEvent{Data: e.AppendJSON(nil), Checked: true}
+	}
+	if err := store.UpdateState(ctx, func(*txn.StateView) error { return nil }, fillers...); err != nil {
+		t.Fatal(err)
+	}
+	inv := invoke("test.echo", `{"msg":"late"}`)
+	inv.IdempotencyKey = "late-key"
+	res, err := rt.Execute(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := *record(t, rt, res.ExecutionID)
+	forged.ExecutionID, forged.CallID, forged.AuditEvents = "0199e4a1-0000-7000-8000-00000000000f", "forged-call", nil
+	if err := store.Put(ctx, &forged); err != nil {
+		t.Fatal(err)
+	}
+	var ds []tgruntime.Discrepancy
+	rep, err := rt.VerifyRecords(ctx, func(d tgruntime.Discrepancy) error {
+		ds = append(ds, d)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].ID != forged.ExecutionID || ds[0].Field != "events" {
+		t.Fatalf("reported %v; want the record stored without events alone", ds)
+	}
+	if rep.Events < 4200 || rep.Executions != 1 || rep.Keys != 1 {
+		t.Fatalf("report %+v; want over 4200 events, 1 execution and 1 key checked", rep)
 	}
 }
