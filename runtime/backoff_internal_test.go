@@ -39,6 +39,45 @@ func TestRuntime_backoffNoOverflow(t *testing.T) {
 	}
 }
 
+// At nanosecond steps the jitter is exact: the wait for a step d is one of
+// d/2 to d, both ends included, and a step is BaseDelay doubled n-1 times
+// whenever that is within MaxDelay, even by a few nanoseconds, never the cap.
+func TestRuntime_backoffExactSteps(t *testing.T) {
+	for _, tc := range []struct {
+		base, max time.Duration
+		n         int
+		want      []time.Duration // every value backoff(n) takes
+	}{
+		{1, 4, 1, []time.Duration{0}},
+		{1, 4, 2, []time.Duration{1, 2}},
+		{1, 4, 3, []time.Duration{2, 3, 4}},
+		{1, 4, 4, []time.Duration{2, 3, 4}}, // capped
+		{250, 1003, 3, nil},                 // 1000 ns, not the cap of 1003: checked by range below
+	} {
+		r := &Runtime{opts: Options{Retry: RetryPolicy{BaseDelay: tc.base, MaxDelay: tc.max}}}
+		seen := map[time.Duration]bool{}
+		for range 2000 {
+			seen[r.backoff(tc.n)] = true
+		}
+		if tc.want == nil {
+			for d := range seen {
+				if d < 500 || d > 1000 {
+					t.Fatalf("base %v, max %v: backoff(%d) = %v; want within [500ns, 1µs]", tc.base, tc.max, tc.n, d)
+				}
+			}
+			continue
+		}
+		if len(seen) != len(tc.want) {
+			t.Fatalf("base %v, max %v: backoff(%d) took %v; want each of %v", tc.base, tc.max, tc.n, seen, tc.want)
+		}
+		for _, d := range tc.want {
+			if !seen[d] {
+				t.Fatalf("base %v, max %v: backoff(%d) took %v; want each of %v", tc.base, tc.max, tc.n, seen, tc.want)
+			}
+		}
+	}
+}
+
 // A StateError joined to a retryable cause (the record could not be
 // written) is never retried; only the outermost class counts.
 func TestRuntime_retryable(t *testing.T) {

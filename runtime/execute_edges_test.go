@@ -74,3 +74,30 @@ func TestExecute_BypassWithoutAKey(t *testing.T) {
 		}
 	}
 }
+
+// An attempt that ends before it runs (an invalid input, a denial) and is
+// recorded returns its own error alone: it is not a StateError, which
+// says the record could not be written.
+func TestExecute_EndedBeforeRunningIsNoStateError(t *testing.T) {
+	rt, _ := openRuntime(t, nil, echo("test.echo"))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		inv  tgruntime.Invocation
+		want error
+	}{
+		{"invalid", invoke("test.echo", `{"msg":1}`), tgruntime.ErrValidation},
+		{"denied", tgruntime.Invocation{Tool: "test.echo", Input: []byte(`{"msg":"x"}`), Principal: "stranger"}, tgruntime.ErrAuthorization},
+	} {
+		res, err := rt.Execute(ctx, tc.inv)
+		if !errors.Is(err, tc.want) || errors.Is(err, tgruntime.ErrState) {
+			t.Fatalf("%s: err = %v; want %v alone, no StateError", tc.name, err, tc.want)
+		}
+		if res == nil || res.ExecutionID == "" {
+			t.Fatalf("%s: result %+v; want the attempt recorded", tc.name, res)
+		}
+		if rec := record(t, rt, res.ExecutionID); rec.State != string(res.State) {
+			t.Fatalf("%s: stored %s, returned %s", tc.name, rec.State, res.State)
+		}
+	}
+}

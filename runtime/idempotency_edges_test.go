@@ -274,3 +274,40 @@ func TestIdempotency_OpenFreesEveryInterruptedKey(t *testing.T) {
 		t.Fatalf("%d runs", runs.Load())
 	}
 }
+
+// A call with an idempotency key whose commit fails (the store closed under
+// its running tool) returns the commit's failure, with the rollback's: that
+// its key could not be recorded either (the store is gone) does not replace
+// the error that says why the call failed.
+func TestIdempotency_FailedCommitKeepsItsError(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	rt, _ := openRuntime(t, nil, tool(decl("test.slow"), func(ctx context.Context, env *tools.Env, in msg) (msg, error) {
+		close(started)
+		<-release
+		return in, nil
+	}))
+	type ret struct {
+		res *tgruntime.Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		inv := invoke("test.slow", `{"msg":"x"}`)
+		inv.IdempotencyKey = "k-1"
+		res, err := rt.Execute(context.Background(), inv)
+		done <- ret{res, err}
+	}()
+	<-started
+	if err := tgruntime.StoreOf(rt).Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	r := <-done
+	var se *tgruntime.StateError
+	if !errors.As(r.err, &se) || se.Op != "commit" || strings.Contains(r.err.Error(), "idempotency key") {
+		t.Fatalf("err = %v; want the commit's StateError, not the key's", r.err)
+	}
+	if r.res == nil || r.res.State != "ROLLED_BACK" || r.res.IdempotencyKey != "k-1" {
+		t.Fatalf("result %+v; want the attempt ROLLED_BACK under its key", r.res)
+	}
+}
