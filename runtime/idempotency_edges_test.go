@@ -40,6 +40,7 @@ func TestIdempotency_KeyBounds(t *testing.T) {
 		name, key, shown, reason string
 	}{
 		{"one byte too long", longest + "k", strings.Repeat("k", 32) + "...", "longer than 255 bytes"},
+		{"control character first", "\x01key", "\x01key", "contains unprintable characters"},
 		{"control character", "key\x01", "key\x01", "contains unprintable characters"},
 		{"tab", "a\tb", "a\tb", "contains unprintable characters"},
 		{"invalid UTF-8", "key\xff", "key\xff", "contains unprintable characters"},
