@@ -236,16 +236,7 @@ func (p *Store) runGroup(todo []*request) (failed int, err error) {
 	}
 	b.Queue(`COMMIT`)
 	br = tx.SendBatch(ctx, b)
-	var berr error
-	for range b.Len() {
-		if _, err := br.Exec(); err != nil {
-			berr = err
-			break
-		}
-	}
-	if err := br.Close(); berr == nil {
-		berr = err
-	}
+	berr := br.Close() // runs every statement queued, and answers the first error
 	if berr == nil && tx.PgConn().TxStatus() != 'I' {
 		// COMMIT of a transaction in error answers ROLLBACK, not an error.
 		berr = errors.New("the transaction was rolled back")
