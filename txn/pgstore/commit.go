@@ -174,7 +174,7 @@ func (p *Store) runGroup(todo []*request) (failed int, err error) {
 			err = lerr
 		}
 	}
-	if cerr := br.Close(); err == nil && cerr != nil {
+	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	switch {
