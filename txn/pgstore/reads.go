@@ -103,7 +103,7 @@ func (p *Store) StatePage(ctx context.Context, namespace, after string, n int) (
 	if err := p.ready(ctx); err != nil {
 		return nil, err
 	}
-	if n <= 0 {
+	if n < 1 { // the contract asks for at least 1
 		return nil, nil
 	}
 	rows, err := p.pool.Query(ctx, `SELECT key, value FROM toolgate_state
