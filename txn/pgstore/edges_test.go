@@ -130,3 +130,20 @@ func TestOpen_NodeName(t *testing.T) {
 		t.Errorf("Open with a bad $TOOLGATE_NODE = %v, want an error naming it", err)
 	}
 }
+
+// A lease under MinLease is refused as too short, 0 included (Options.Lease
+// 0 means the default before it is checked); one under zero says so.
+func TestCheckLease(t *testing.T) {
+	for _, tc := range []struct {
+		lease time.Duration
+		want  string // "" for none
+	}{
+		{-time.Second, "is negative"}, {-1, "is negative"}, {0, "too short"},
+		{pgstore.MinLease - 1, "too short"}, {pgstore.MinLease, ""}, {time.Hour, ""},
+	} {
+		err := pgstore.CheckLease(tc.lease)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckLease(%v) = %v; want %q", tc.lease, err, tc.want)
+		}
+	}
+}
