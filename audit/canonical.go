@@ -406,14 +406,14 @@ func (e *encoder) sortMembers(body int, ms []member) error {
 	// A name given twice: report the repetition that comes first in the
 	// input (of every name the object repeats), as a parse that checked
 	// names as it went would, within this object (Canonicalize).
-	dup := -1
+	var dup *member
 	for i := 1; i < len(ms); i++ {
-		if compareNames(name(ms[i-1]), name(ms[i])) == 0 && (dup < 0 || ms[i].at < ms[dup].at) {
-			dup = i
+		if compareNames(name(ms[i-1]), name(ms[i])) == 0 && (dup == nil || ms[i].at < dup.at) {
+			dup = &ms[i]
 		}
 	}
-	if dup >= 0 {
-		return notCanon("duplicate member name %q at offset %d", nameValue(name(ms[dup])), ms[dup].at)
+	if dup != nil {
+		return notCanon("duplicate member name %q at offset %d", nameValue(name(*dup)), dup.at)
 	}
 	if n := len(e.out) - body; cap(e.scratch) < n {
 		e.scratch = make([]byte, 0, n)
