@@ -560,13 +560,12 @@ func (p *parser) hex4() (rune, error) {
 func (p *parser) number() (float64, error) {
 	start := p.pos
 	d := p.data
-	digits := func() int {
-		n := 0
+	digits := func() (some bool) { // skips the digits at p.pos
+		from := p.pos
 		for p.pos < len(d) && '0' <= d[p.pos] && d[p.pos] <= '9' {
 			p.pos++
-			n++
 		}
-		return n
+		return p.pos > from
 	}
 	if d[p.pos] == '-' {
 		p.pos++
@@ -581,7 +580,7 @@ func (p *parser) number() (float64, error) {
 	}
 	if p.pos < len(d) && d[p.pos] == '.' {
 		p.pos++
-		if digits() == 0 {
+		if !digits() {
 			return 0, p.errorf("invalid number: no digits after '.'")
 		}
 	}
@@ -590,7 +589,7 @@ func (p *parser) number() (float64, error) {
 		if p.pos < len(d) && (d[p.pos] == '+' || d[p.pos] == '-') {
 			p.pos++
 		}
-		if digits() == 0 {
+		if !digits() {
 			return 0, p.errorf("invalid number: no digits in exponent")
 		}
 	}
