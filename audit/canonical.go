@@ -610,7 +610,7 @@ func appendNumber(dst []byte, f float64) []byte {
 	if f == 0 { // both +0 and -0
 		return append(dst, '0')
 	}
-	if f < 0 {
+	if math.Signbit(f) {
 		dst = append(dst, '-')
 		f = -f
 	}
