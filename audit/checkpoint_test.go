@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -225,6 +226,39 @@ func TestCheckpoint_Keys(t *testing.T) {
 	} {
 		if _, err := audit.ParseVerifierKey(bad); err == nil {
 			t.Errorf("ParseVerifierKey(%q) accepted", bad)
+		}
+	}
+}
+
+// Open says why it refuses a note, and tolerates what the signed-note format
+// allows: a short signature by another key.
+func TestCheckpoint_OpenSaysWhy(t *testing.T) {
+	k := newKey(t)
+	c := audit.Checkpoint{Size: 7, Hash: sha256.Sum256([]byte("head"))}
+	msg := k.Sign(c)
+	line := func(name string, n int) string {
+		return "— " + name + " " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, n)) + "\n"
+	}
+	many := string(msg)
+	for range 100 {
+		many += line("other", 8)
+	}
+	for _, tc := range []struct {
+		name, note, want string // want "": opens
+	}{
+		{"control character", strings.Replace(string(msg), "toolgate", "tool\x01gate", 1), "control character or invalid UTF-8 at byte"},
+		{"invalid UTF-8", string(msg) + "\xff", "control character or invalid UTF-8 at byte"},
+		{"101 signature lines", many, "malformed signature line"},
+		{"a key name beginning with a space", string(msg) + line("\u00a0other", 8), "malformed signature line"},
+		{"nothing before the signatures", "\n\n— x y\n", "malformed signature line"},
+		{"another key's signature of 5 bytes", string(msg) + line("other", 5), ""},
+	} {
+		got, err := k.Verifier().Open([]byte(tc.note))
+		switch {
+		case tc.want == "" && (err != nil || got != c):
+			t.Errorf("%s: Open = %+v, %v; want it to open", tc.name, got, err)
+		case tc.want != "" && (!errors.Is(err, audit.ErrCheckpoint) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: Open = %v; want ErrCheckpoint saying %q", tc.name, err, tc.want)
 		}
 	}
 }
