@@ -2,13 +2,11 @@ package runtime_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/testdb"
 	tgruntime "github.com/toolgate/toolgate/runtime"
-	"github.com/toolgate/toolgate/txn"
 )
 
 // An intent's events are found by searching the log for its id, which
@@ -17,33 +15,21 @@ import (
 func TestVerifyIntent_ImportedExecutionOfAnotherIntentNamingIt(t *testing.T) {
 	ctx := context.Background()
 	path := testdb.Path(t, "toolgate.db")
-	s, err := txn.Open(path, &txn.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(ns, key string, v any) {
-		b, _ := json.Marshal(v)
-		if err := s.PutState(ctx, ns, key, b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	a, b := "0f8fad5b-d9cb-469f-a165-70867728950e", "7c9e6679-7425-40de-944b-e07fc1f90ae7"
-	for i, id := range []string{a, b} {
-		input := json.RawMessage(`{"msg":"go"}`)
-		hash, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
-		put("toolgate.intents", id, map[string]any{"id": id, "hash": hash, "tool": "test.echo", "version": "1.0.0",
-			"input": input, "proposer": "agent", "proposedAt": at, "callId": "propose-" + id})
-		put("toolgate.intent.decisions", id, tgruntime.IntentDecision{Approved: true, By: "alice", At: at.Add(time.Minute)})
-		if id == a {
-			continue // a was approved and never run
+	writeEarlierVersion(t, path, func(put putState) {
+		for i, id := range []string{a, b} {
+			putEarlierIntent(put, id, at, "propose-"+id)
+			put("toolgate.intent.decisions", id, tgruntime.IntentDecision{Approved: true, By: "alice", At: at.Add(time.Minute)})
+			if id == a {
+				continue // a was approved and never run
+			}
+			put("toolgate.intent.executed", id, tgruntime.IntentExecution{
+				ExecutionID: "0199e4a1-0000-7000-8000-00000000000" + string(rune('1'+i)),
+				CallID:      "after-" + a, // b's execution names a
+				Principal:   "tester", At: at.Add(2 * time.Minute)})
 		}
-		put("toolgate.intent.executed", id, tgruntime.IntentExecution{
-			ExecutionID: "0199e4a1-0000-7000-8000-00000000000" + string(rune('1'+i)),
-			CallID:      "after-" + a, // b's execution names a
-			Principal:   "tester", At: at.Add(2 * time.Minute)})
-	}
-	s.Close()
+	})
 
 	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
 	in, err := rt.Intent(ctx, a)

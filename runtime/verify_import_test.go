@@ -12,6 +12,38 @@ import (
 	"github.com/toolgate/toolgate/txn"
 )
 
+// putState writes one state row of a database as an earlier version left it.
+type putState func(ns, key string, v any)
+
+// writeEarlierVersion writes a database at path as a version that did not
+// audit intents left it: the state rows write puts, and no intent events.
+func writeEarlierVersion(t *testing.T, path string, write func(put putState)) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := txn.Open(path, &txn.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	write(func(ns, key string, v any) {
+		b, _ := json.Marshal(v)
+		if err := s.PutState(ctx, ns, key, b); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// putEarlierIntent puts the proposal of intent id (test.echo 1.0.0, input
+// {"msg":"go"}, by "agent" at at) as an earlier version stored it, and
+// returns its hash.
+func putEarlierIntent(put putState, id string, at time.Time, callID string) string {
+	input := json.RawMessage(`{"msg":"go"}`)
+	hash, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
+	put("toolgate.intents", id, map[string]any{"id": id, "hash": hash, "tool": "test.echo", "version": "1.0.0",
+		"input": input, "proposer": "agent", "proposedAt": at, "callId": callID})
+	return hash
+}
+
 // The first open of a database written by a version that did not audit
 // intents imports each part of each intent's history as an event marked
 // "imported" (a refusal keeps its own code), with its original time and
@@ -21,30 +53,19 @@ import (
 func TestOpen_ImportsAnEarlierVersionsRefusalsAndExecution(t *testing.T) {
 	ctx := context.Background()
 	path := testdb.Path(t, "toolgate.db")
-	s, err := txn.Open(path, &txn.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(ns, key string, v any) {
-		b, _ := json.Marshal(v)
-		if err := s.PutState(ctx, ns, key, b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	id := "0f8fad5b-d9cb-469f-a165-70867728950e"
-	input := json.RawMessage(`{"msg":"go"}`)
-	hash, _ := tgruntime.IntentHash("test.echo", "1.0.0", input)
-	put("toolgate.intents", id, map[string]any{"id": id, "hash": hash, "tool": "test.echo", "version": "1.0.0",
-		"input": input, "proposer": "agent", "proposedAt": at, "callId": "call-propose"})
-	put("toolgate.intent.decisions", id, tgruntime.IntentDecision{Approved: true, By: "alice", At: at.Add(time.Minute), Via: "elicitation"})
-	put("toolgate.intent.refusals", id+"/00000000000000000001-aaaaaaaa",
-		tgruntime.IntentRefusal{At: at.Add(30 * time.Second), Principal: "tester", Code: "intent_pending", CallID: "call-early"})
-	put("toolgate.intent.refusals", id+"/00000000000000000002-bbbbbbbb",
-		tgruntime.IntentRefusal{At: at.Add(40 * time.Second), Principal: "bot", Code: "intent_pending"})
 	mark := tgruntime.IntentExecution{ExecutionID: "0199e4a1-0000-7000-8000-000000000001", CallID: "call-run", Principal: "tester", At: at.Add(2 * time.Minute)}
-	put("toolgate.intent.executed", id, mark)
-	s.Close()
+	var hash string
+	writeEarlierVersion(t, path, func(put putState) {
+		hash = putEarlierIntent(put, id, at, "call-propose")
+		put("toolgate.intent.decisions", id, tgruntime.IntentDecision{Approved: true, By: "alice", At: at.Add(time.Minute), Via: "elicitation"})
+		put("toolgate.intent.refusals", id+"/00000000000000000001-aaaaaaaa",
+			tgruntime.IntentRefusal{At: at.Add(30 * time.Second), Principal: "tester", Code: "intent_pending", CallID: "call-early"})
+		put("toolgate.intent.refusals", id+"/00000000000000000002-bbbbbbbb",
+			tgruntime.IntentRefusal{At: at.Add(40 * time.Second), Principal: "bot", Code: "intent_pending"})
+		put("toolgate.intent.executed", id, mark)
+	})
 
 	rt, _ := openRuntimeAt(t, path, echo("test.echo"))
 	if ds := verifyRT(t, rt); len(ds) != 0 {
