@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,5 +103,21 @@ func TestRuntime_retryable(t *testing.T) {
 	}
 	if r.retryable(&tools.Declaration{}, timeout, 1) || r.retryable(idem, timeout, 4) {
 		t.Error("retried a non-idempotent tool or past MaxRetries")
+	}
+}
+
+// A caller waiting for a running key looks again after 5 ms, then twice as
+// long each time, never more than 200 ms apart: it neither spins on the
+// store nor answers long after the first call ended.
+func TestKeyPoll(t *testing.T) {
+	var got []time.Duration
+	for d := time.Duration(0); len(got) < 8; {
+		d = keyPoll(d)
+		got = append(got, d)
+	}
+	ms := time.Millisecond
+	want := []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 200 * ms, 200 * ms}
+	if !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
 	}
 }

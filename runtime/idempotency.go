@@ -117,7 +117,7 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 		return nil, nil, nil
 	}
 	h := &idem{scope: idemScope(inv.Principal, c.decl.ID, key)}
-	wait := 5 * time.Millisecond
+	var wait time.Duration
 	for {
 		now := r.opts.Now().UTC()
 		h.rec = idemRecord{Principal: inv.Principal, Tool: c.decl.ID, Key: key, RequestHash: reqHash, CallID: inv.CallID,
@@ -183,26 +183,37 @@ func (c *call) claimKey(ctx context.Context) (*idem, *Result, error) {
 				Reason: fmt.Sprintf("its first invocation (call %s) is still running", held.CallID)}
 		}
 		// Running: wait for it to finish, then take its result.
+		wait = keyPoll(wait)
 		if !sleep(ctx, wait) {
 			return nil, nil, &IdempotencyError{Code: "idempotency_in_flight", Key: key, CallID: held.CallID,
 				Reason: fmt.Sprintf("its first invocation (call %s) was still running when the caller gave up: %v", held.CallID, context.Cause(ctx))}
 		}
-		wait = min(wait*2, 200*time.Millisecond)
 	}
+}
+
+// keyPoll is how long a caller waits, after waiting prev, before it looks
+// again at a key whose first call is still running: 5 ms first, doubling
+// up to 200 ms.
+func keyPoll(prev time.Duration) time.Duration {
+	if prev == 0 {
+		return 5 * time.Millisecond
+	}
+	return min(prev*2, 200*time.Millisecond)
 }
 
 // errHeld says the key holds an unexpired record (and no bypass).
 var errHeld = errors.New("held")
 
-// purgeExpired removes up to purgeBatch keys that expired before now
-// (never keep, the key being written).
+// purgeExpired removes up to purgeBatch keys that expired by now (never
+// keep, the key being written). A key expires at its ExpiresAt: from that
+// instant claimKey takes it as free, and so it is purged.
 func purgeExpired(v *txn.StateView, now time.Time, keep string) error {
 	limit := fmt.Sprintf("%020d", now.UnixNano())
 	for _, e := range v.Scan(nsIdemExpiry, "", purgeBatch) {
-		if e.Key >= limit {
+		at, scope, _ := strings.Cut(e.Key, "/")
+		if at > limit {
 			break
 		}
-		_, scope, _ := strings.Cut(e.Key, "/")
 		if err := v.Delete(nsIdemExpiry, e.Key); err != nil {
 			return err
 		}

@@ -238,6 +238,28 @@ func TestIdempotency_PurgeRemovesABatchPerNewKey(t *testing.T) {
 	}
 }
 
+// A key expires at its ExpiresAt: at that very instant a new key's write
+// purges it, as a call with it would take it as free.
+func TestIdempotency_PurgeTakesAKeyAtItsExpiry(t *testing.T) {
+	var runs atomic.Int32
+	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	rt, _ := openRuntime(t, &tgruntime.Options{Now: clk.Now, IdempotencyTTL: time.Minute}, countingTool("test.count", &runs))
+	ctx := context.Background()
+	for _, k := range []string{"first", "second"} {
+		if _, err := rt.Execute(ctx, keyed("test.count", `{"msg":"a"}`, k)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Add(time.Minute) // first expires exactly when second is written
+	}
+	vals, err := tgruntime.StoreOf(rt).StateValues(ctx, "toolgate.idempotency.expiry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 1 {
+		t.Fatalf("%d expiry entries after the second key, written at the first's expiry; want 1 (the first purged): %v", len(vals), vals)
+	}
+}
+
 // Open frees every key whose call a crash interrupted before it left a
 // record (each key of its own, however many): the same calls then run.
 func TestIdempotency_OpenFreesEveryInterruptedKey(t *testing.T) {
