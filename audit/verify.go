@@ -128,16 +128,16 @@ func (v *Verifier) add(key, value []byte) error {
 		return v.fail(next, "the stored group under key %d does not decode (%v): its bytes were altered", first, err)
 	}
 	start := 1 // offset of the first entry
-	for i := 0; dec.More(); i++ {
+	for head := true; dec.More(); head = false {
 		var e entry
 		if err := dec.Decode(&e); err != nil {
 			return v.fail(v.n+1, "the stored entry does not decode (%v): its bytes were altered", err)
 		}
 		end := int(dec.InputOffset())
-		if err := v.entry(&e, value[start:end], i == 0); err != nil {
+		if err := v.entry(&e, value[start:end], head); err != nil {
 			return err
 		}
-		if i == 0 && first != e.Seq {
+		if head && first != e.Seq {
 			return v.fail(e.Seq, "its group is stored under key %d: keys were altered", first)
 		}
 		start = end
