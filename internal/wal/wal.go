@@ -6,9 +6,10 @@
 // ([Log.Append]), then makes them durable with one [Log.Sync]; only then
 // may it acknowledge them. After the database it feeds has made every
 // entry up to some number durable on its own (a checkpoint), the writer
-// empties the log ([Log.Reset]), which keeps it bounded. On open, the
-// entries after the database's checkpoint are read back ([Log.Replay]) and
-// applied again.
+// starts the log over ([Log.Reset]), which keeps it bounded: the next
+// entries overwrite the file from its start, so that a file once extended
+// is reused, never truncated and extended again. On open, the entries
+// after the database's checkpoint are read back and applied again.
 //
 // # Format
 //
@@ -16,12 +17,16 @@
 // rest (4 bytes), its number (8 bytes), the size of the log that was
 // durable when it was written (8 bytes), all little-endian, then the
 // payload. Numbers go up by one from frame to frame. The file has no
-// header: an empty file is an empty log.
+// header: an empty file is an empty log. After a Reset the file still
+// holds frames of entries the database has applied, beyond the new ones:
+// they are numbered below every new entry, and so end the log where they
+// begin, as the zeros of a file's unused end do.
 //
 // # What a crash leaves
 //
 // A crash, or a lost power supply, can lose what was written after the
-// last Sync, and leave any part of it: nothing, a prefix, garbage, zeros.
+// last Sync, and leave any part of it: nothing, a prefix, garbage, zeros,
+// or the bytes that were there before.
 // That is the tail: the frames after the last whole one whose CRC holds.
 // Open drops the tail. The disk may write back unsynced sectors in any
 // order, so a whole frame may follow a torn one; but a torn frame in what
@@ -80,12 +85,12 @@ type Log struct {
 
 // Open opens the log at path, creating it empty if there is none. See
 // [OpenFile].
-func Open(path string) (*Log, []Entry, error) {
+func Open(path string, applied uint64) (*Log, []Entry, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, entries, err := OpenFile(osFile{f})
+	l, entries, err := OpenFile(osFile{f}, applied)
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
@@ -101,10 +106,13 @@ type Entry struct {
 }
 
 // OpenFile reads the log in f and returns it open for appending, with the
-// entries it holds, in order. A torn tail is dropped from the file (and
-// that made durable) before it returns. An empty log numbers its next
-// entry 1 until [Log.Reset] says otherwise.
-func OpenFile(f File) (*Log, []Entry, error) {
+// entries it holds, in order. applied is the number of the last entry the
+// database holds already (0 for none): a frame numbered up to it that
+// lies beyond the log's frames is left from before a Reset, not written
+// since. A torn tail is dropped from the file (and that made durable)
+// before it returns. An empty log numbers its next entry 1 until
+// [Log.Reset] says otherwise.
+func OpenFile(f File, applied uint64) (*Log, []Entry, error) {
 	size, err := f.Size()
 	if err != nil {
 		return nil, nil, err
@@ -113,7 +121,7 @@ func OpenFile(f File) (*Log, []Entry, error) {
 	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, err
 	}
-	entries, end, err := parse(data)
+	entries, end, err := parse(data, applied)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,8 +140,10 @@ func OpenFile(f File) (*Log, []Entry, error) {
 	return l, entries, nil
 }
 
-// parse reads the whole frames of data, and where they end.
-func parse(data []byte) ([]Entry, int, error) {
+// parse reads the whole frames of data, and where they end. A frame
+// numbered below the one before it is left from before a Reset: the
+// frames end there.
+func parse(data []byte, applied uint64) ([]Entry, int, error) {
 	var entries []Entry
 	off := 0
 	for {
@@ -141,18 +151,28 @@ func parse(data []byte) ([]Entry, int, error) {
 		if !ok {
 			break
 		}
-		if len(entries) > 0 && e.Seq != entries[len(entries)-1].Seq+1 {
-			return nil, 0, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.Seq, entries[len(entries)-1].Seq)
+		if len(entries) > 0 {
+			switch last := entries[len(entries)-1].Seq; {
+			case e.Seq <= last:
+				return tail(data, entries, off, applied)
+			case e.Seq != last+1:
+				return nil, 0, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.Seq, last)
+			}
 		}
 		entries = append(entries, e)
 		off += n
 	}
-	// What follows must be a tail: no whole frame of a later number
-	// starts anywhere in it that was written once the place where the
-	// frames stop was durable.
-	var after uint64
+	return tail(data, entries, off, applied)
+}
+
+// tail checks that what follows the frames at off is a tail: no whole
+// frame of a number later than both the last entry and applied starts
+// anywhere in it that was written once the place where the frames stop
+// was durable.
+func tail(data []byte, entries []Entry, off int, applied uint64) ([]Entry, int, error) {
+	after := applied
 	if len(entries) > 0 {
-		after = entries[len(entries)-1].Seq
+		after = max(after, entries[len(entries)-1].Seq)
 	}
 	limit := after + uint64(len(data)/frameHeader) // no later number fits beyond
 	for i := off + 1; i+frameHeader <= len(data); i++ {
@@ -291,10 +311,12 @@ func (l *Log) fail(err error) error {
 	return l.err
 }
 
-// Reset empties the log, durably, once every entry it holds is durable
-// elsewhere (a checkpoint); the next entry is numbered next. A crash
-// during Reset leaves either the log as it was or an empty one: both
-// replay to the same state, as the entries were applied already.
+// Reset starts the log over once every entry it holds is durable
+// elsewhere (a checkpoint): the next entry, numbered next, is written at
+// the file's start. Nothing is written now, and the file keeps its size:
+// its frames, all numbered below next, stay until new ones overwrite
+// them. A crash before then leaves them whole or in part, and Open, told
+// the database holds them, applies none of them again.
 func (l *Log) Reset(next uint64) error {
 	if l.err != nil {
 		return l.err
@@ -302,13 +324,11 @@ func (l *Log) Reset(next uint64) error {
 	if len(l.buf) > 0 {
 		return errors.New("the write-ahead log is reset with entries not synced")
 	}
-	if err := l.f.Truncate(0); err != nil {
-		return l.fail(err)
+	if next < l.next {
+		return fmt.Errorf("the write-ahead log is reset to entry %d, below its next entry %d", next, l.next)
 	}
-	if err := l.sync(); err != nil {
-		return err
-	}
-	l.size, l.written, l.durable, l.allocated, l.next = 0, 0, 0, 0, next
+	l.allocated = max(l.allocated, l.written)
+	l.size, l.written, l.durable, l.next = 0, 0, 0, next
 	return nil
 }
 

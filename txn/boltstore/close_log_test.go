@@ -49,8 +49,8 @@ func (closeFails) Close() error { return errCloseLog }
 // A Close whose log's file fails to close says so, after its checkpoint
 // (the file holds every write).
 func TestClose_LogCloseFails(t *testing.T) {
-	restore := boltstore.SetCrashTest(func(string) (*wal.Log, []wal.Entry, error) {
-		return wal.OpenFile(closeFails{crashfile.New()})
+	restore := boltstore.SetCrashTest(func(_ string, applied uint64) (*wal.Log, []wal.Entry, error) {
+		return wal.OpenFile(closeFails{crashfile.New()}, applied)
 	}, 8<<20)
 	defer restore()
 	path := filepath.Join(t.TempDir(), "toolgate.db")

@@ -110,7 +110,7 @@ func TestCommit_ConcurrentWritesAllKept(t *testing.T) {
 // kilobytes) checkpoints at each such group, stays healthy, and reopened
 // holds every write.
 func TestCommit_FrequentCheckpoints(t *testing.T) {
-	restore := boltstore.SetCrashTest(func(p string) (*wal.Log, []wal.Entry, error) { return wal.Open(p) }, 4096)
+	restore := boltstore.SetCrashTest(wal.Open, 4096)
 	defer restore()
 	path := filepath.Join(t.TempDir(), "cp.db")
 	be, err := boltstore.Open(path, &boltstore.Options{NoSync: true})
@@ -258,7 +258,7 @@ func TestCommit_CheckpointAtTheSize(t *testing.T) {
 	// and returns the checkpoints that write made and the log's size.
 	put := func(limit int64) (checkpoints uint64, size int64) {
 		t.Helper()
-		restore := boltstore.SetCrashTest(func(p string) (*wal.Log, []wal.Entry, error) { return wal.Open(p) }, limit)
+		restore := boltstore.SetCrashTest(wal.Open, limit)
 		defer restore()
 		be, err := boltstore.Open(filepath.Join(t.TempDir(), "c.db"), &boltstore.Options{NoSync: true})
 		if err != nil {

@@ -47,14 +47,14 @@ func TestCrash_AtEverySync(t *testing.T) {
 	}
 	logs := map[string]*crashfile.File{}
 	var mu sync.Mutex
-	restore := boltstore.SetCrashTest(func(path string) (*wal.Log, []wal.Entry, error) {
+	restore := boltstore.SetCrashTest(func(path string, applied uint64) (*wal.Log, []wal.Entry, error) {
 		mu.Lock()
 		f := logs[path]
 		mu.Unlock()
 		if f == nil {
 			return nil, nil, fmt.Errorf("no log for %s", path)
 		}
-		return wal.OpenFile(f)
+		return wal.OpenFile(f, applied)
 	}, 2048)
 	defer restore()
 	modes := map[string]int{}
@@ -284,8 +284,8 @@ func crashRun(t *testing.T, run int, dir string, register func(string, *crashfil
 // accepts.
 func TestLog_DiskFullOrFailing(t *testing.T) {
 	logs := map[string]*crashfile.File{}
-	restore := boltstore.SetCrashTest(func(path string) (*wal.Log, []wal.Entry, error) {
-		return wal.OpenFile(logs[path])
+	restore := boltstore.SetCrashTest(func(path string, applied uint64) (*wal.Log, []wal.Entry, error) {
+		return wal.OpenFile(logs[path], applied)
 	}, 8<<20)
 	defer restore()
 	ctx := context.Background()
@@ -338,13 +338,14 @@ func TestLog_DiskFullOrFailing(t *testing.T) {
 	}
 }
 
-// A checkpoint that fails (here the sync that empties the log) comes after
-// the group that triggered it is durable: that write succeeds, the store
-// refuses what follows, and reopened it holds the write.
+// A checkpoint that fails (here its commit of the file, as a full disk
+// would fail it) comes after the group that triggered it is durable: that
+// write succeeds, the store refuses what follows, and reopened it holds the
+// write.
 func TestLog_CheckpointFails(t *testing.T) {
 	logs := map[string]*crashfile.File{}
-	restore := boltstore.SetCrashTest(func(path string) (*wal.Log, []wal.Entry, error) {
-		return wal.OpenFile(logs[path])
+	restore := boltstore.SetCrashTest(func(path string, applied uint64) (*wal.Log, []wal.Entry, error) {
+		return wal.OpenFile(logs[path], applied)
 	}, 1) // every group checkpoints
 	defer restore()
 	ctx := context.Background()
@@ -355,12 +356,10 @@ func TestLog_CheckpointFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live.BeforeSync = func() {
-		if n, _ := live.Size(); n == 0 { // the log emptied by the checkpoint
-			live.FailSync = syscall.EIO
-		}
-	}
-	if err := s.Put(ctx, record("durable", "DENIED"), event("durable")); err != nil {
+	restoreFault := boltstore.SetCheckpointFault(func() error { return syscall.ENOSPC })
+	err = s.Put(ctx, record("durable", "DENIED"), event("durable"))
+	restoreFault()
+	if err != nil {
 		t.Fatalf("the write whose checkpoint failed: %v, want success (it is in the log)", err)
 	}
 	if err := s.Put(ctx, record("after", "DENIED")); !errors.Is(err, txn.ErrPoisoned) {

@@ -15,10 +15,18 @@ import (
 //
 // The journal's buffers are made 64 bytes at the least, so that nearly
 // every group's entry moves to a new buffer as it is written.
-func SetCrashTest(open func(path string) (*wal.Log, []wal.Entry, error), checkpoint int64) (restore func()) {
+func SetCrashTest(open func(path string, applied uint64) (*wal.Log, []wal.Entry, error), checkpoint int64) (restore func()) {
 	o, c, n, j := openLog, checkpointBytes, boltNoSync, journalChunk
 	openLog, checkpointBytes, boltNoSync, journalChunk = open, checkpoint, true, 64
 	return func() { openLog, checkpointBytes, boltNoSync, journalChunk = o, c, n, j }
+}
+
+// SetCheckpointFault makes every checkpoint's commit of the file call fault
+// first, and fail with its error, until restore is called.
+func SetCheckpointFault(fault func() error) (restore func()) {
+	o := checkpointFault
+	checkpointFault = fault
+	return func() { checkpointFault = o }
 }
 
 // AuditSearchStart returns the first seq of the group where a search of

@@ -564,7 +564,7 @@ func TestOpen_LogNumberingAfterCheckpoints(t *testing.T) {
 	check(again, 8)
 
 	// Checkpoints during a run.
-	restore := boltstore.SetCrashTest(func(p string) (*wal.Log, []wal.Entry, error) { return wal.Open(p) }, 2048)
+	restore := boltstore.SetCrashTest(wal.Open, 2048)
 	defer restore()
 	busy := filepath.Join(dir, "busy.db")
 	s = openStoreAt(t, busy)
@@ -590,7 +590,7 @@ func appendLogEntry(t *testing.T, path string, payload []byte) {
 		return nil
 	})
 	db.Close()
-	l, _, err := wal.Open(boltstore.WALPath(path))
+	l, _, err := wal.Open(boltstore.WALPath(path), applied)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,14 +25,16 @@ import (
 // When the log has reached checkpointBytes, the group that grew it
 // ends with a checkpoint: ltx commits, as a bbolt update does (synced,
 // atomic), with the number of the log's last entry (keyWALApplied in the
-// meta bucket); the log is then emptied and a new ltx begins. Between
+// meta bucket); the log then starts over (its next entries overwrite the
+// file from its start, which keeps its size) and a new ltx begins. Between
 // checkpoints the file is the last checkpoint's, whole; a crash or a lost
 // power supply leaves that file and the log, whose entries past the
 // checkpoint the next writer's Open applies again (they hold the changes
 // themselves, so applying them twice is applying them once). Close ends
 // with a checkpoint and removes the log.
 //
-// The bound: the log holds at most checkpointBytes plus one group; ltx
+// The bound: the log holds at most checkpointBytes plus one group, and its
+// file at most that plus one extension of the log (4 MiB); ltx
 // holds the pages those changes touched, and the log's entries, whose
 // bytes bbolt's pages point into until the checkpoint.
 
@@ -43,9 +45,15 @@ func WALPath(path string) string { return path + ".wal" }
 // checkpoint (a variable for tests, which checkpoint often).
 var checkpointBytes int64 = 8 << 20
 
-// openLog opens the log of the file at path (tests open one that forgets
-// what was not synced).
-var openLog = func(path string) (*wal.Log, []wal.Entry, error) { return wal.Open(path) }
+// openLog opens the log of the file at path, which holds the log's entries
+// up to applied (tests open one that forgets what was not synced).
+var openLog = func(path string, applied uint64) (*wal.Log, []wal.Entry, error) {
+	return wal.Open(path, applied)
+}
+
+// checkpointFault, when set (tests), is called as a checkpoint commits the
+// file: an error fails that commit, as a full disk or an I/O error would.
+var checkpointFault func() error
 
 // boltNoSync makes bbolt skip its syncs while the log syncs (tests whose
 // crashes are simulated: they take the file as its last checkpoint left it).
@@ -308,17 +316,17 @@ func (s *Store) startLog() (err error) {
 			err = recovered(v)
 		}
 	}()
-	l, entries, err := openLog(WALPath(s.path))
-	if err != nil {
-		return fmt.Errorf("txn: open the write-ahead log: %w", err)
-	}
-	s.log = l
 	if s.ltx, err = s.db.Begin(true); err != nil {
 		return err
 	}
 	if s.applied, err = appliedSeq(s.ltx); err != nil {
 		return err
 	}
+	l, entries, err := openLog(WALPath(s.path), s.applied)
+	if err != nil {
+		return fmt.Errorf("txn: open the write-ahead log: %w", err)
+	}
+	s.log = l
 	replayed := false
 	for _, e := range entries {
 		switch {
@@ -366,6 +374,12 @@ func (s *Store) commitLTX() error {
 	if err := tx.Bucket(bucketMeta).Put(keyWALApplied, n[:]); err != nil {
 		tx.Rollback()
 		return err
+	}
+	if checkpointFault != nil {
+		if err := checkpointFault(); err != nil {
+			tx.Rollback()
+			return err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return err
