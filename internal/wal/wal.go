@@ -332,17 +332,6 @@ func (l *Log) Reset(next uint64) error {
 	return nil
 }
 
-// Renumber sets the number of the next entry of a log that holds none,
-// as Reset does without writing (there is nothing to empty): the entries'
-// numbers go on from a checkpoint that emptied the log before.
-func (l *Log) Renumber(next uint64) error {
-	if l.size != 0 {
-		return errors.New("the write-ahead log is renumbered while it holds entries")
-	}
-	l.next = next
-	return nil
-}
-
 // Close closes the log's file. Entries appended and not synced are lost.
 func (l *Log) Close() error { return l.f.Close() }
 

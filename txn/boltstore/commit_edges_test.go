@@ -20,15 +20,23 @@ import (
 // A write that fails after some of its changes were applied is undone in
 // the file's open transaction: a key it overwrote has its old value back,
 // a namespace it created is gone, and nothing of it is visible, then or
-// after a reopen.
+// after a reopen. It fails at its second change (before the namespace it
+// creates) and at its third (after it: the namespace's removal is not the
+// last undo).
 func TestCommit_FailedWriteUndone(t *testing.T) {
+	for _, failAt := range []int32{2, 3} {
+		t.Run(fmt.Sprint("change ", failAt), func(t *testing.T) { failedWriteUndone(t, failAt) })
+	}
+}
+
+func failedWriteUndone(t *testing.T, failAt int32) {
 	path := filepath.Join(t.TempDir(), "u.db")
 	var armed atomic.Bool
 	var calls atomic.Int32
 	boom := errors.New("boom")
 	open := func() (*boltstore.Store, *txn.Store) {
 		be, err := boltstore.Open(path, &boltstore.Options{NoSync: true, Failpoint: func(step string) error {
-			if armed.Load() && step == driver.StepApplyWrite && calls.Add(1) == 2 {
+			if armed.Load() && step == driver.StepApplyWrite && calls.Add(1) == failAt {
 				return boom
 			}
 			return nil
@@ -56,9 +64,10 @@ func TestCommit_FailedWriteUndone(t *testing.T) {
 	}
 	tx.Put("a", "k", []byte("new"))
 	tx.Put("b", "x", []byte("created"))
+	tx.Put("c", "y", []byte("created too"))
 	armed.Store(true)
 	if err := tx.Commit(ctx, newRecord("w", "t", "COMMITTED")); !errors.Is(err, boom) {
-		t.Fatalf("Commit failing at its second write = %v", err)
+		t.Fatalf("Commit failing at its change %d = %v", failAt, err)
 	}
 	armed.Store(false)
 	if got, err := be.DumpState(ctx); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {

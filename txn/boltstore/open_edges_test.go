@@ -595,7 +595,7 @@ func appendLogEntry(t *testing.T, path string, payload []byte) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.Renumber(applied + 1); err != nil {
+	if err := l.Reset(applied + 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Append(payload); err != nil {

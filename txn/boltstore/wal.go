@@ -340,13 +340,12 @@ func (s *Store) startLog() (err error) {
 		}
 		s.applied, replayed = e.Seq, true
 	}
-	switch {
-	case replayed:
+	if replayed {
 		return s.checkpoint()
-	case len(entries) > 0: // all in the file already
-		return l.Reset(s.applied + 1)
 	}
-	return l.Renumber(s.applied + 1)
+	// Empty, or every entry in the file already (the checkpoint ended
+	// before the log started over): the next is the checkpoint's next.
+	return l.Reset(s.applied + 1)
 }
 
 // checkpoint commits ltx with the number of the log's last entry, empties
